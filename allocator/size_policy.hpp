@@ -1,0 +1,76 @@
+#pragma once
+// How request sizes become block and segment sizes. The constants follow
+// PyTorch's CUDACachingAllocator so that fragmentation figures compare like
+// with like (see Note [Size classes]).
+//
+// Note [Size classes]
+// Requests are rounded up to 512 B. Requests of at most 1 MiB come from the
+// small pool, whose segments are 2 MiB; larger ones from the large pool,
+// whose segments are 20 MiB for requests under 10 MiB and the request rounded
+// up to 2 MiB beyond that. A free block is split when the remainder is worth
+// keeping: 512 B in the small pool, more than 1 MiB in the large pool, and
+// never for blocks of max_split_size or more ("oversize" blocks), which are
+// reused only for requests within 20 MiB of their size.
+
+#include <cstddef>
+
+namespace tp {
+
+/// The two pools of the caching allocator; see Note [Size classes].
+enum class pool_kind : unsigned char { small, large };
+
+inline constexpr const char* to_string(pool_kind p) { return p == pool_kind::small ? "small" : "large"; }
+
+namespace size_policy {
+
+inline constexpr std::size_t min_block_size = 512;
+inline constexpr std::size_t small_size = std::size_t{1} << 20;        // 1 MiB
+inline constexpr std::size_t small_buffer = std::size_t{2} << 20;      // 2 MiB
+inline constexpr std::size_t large_buffer = std::size_t{20} << 20;     // 20 MiB
+inline constexpr std::size_t min_large_alloc = std::size_t{10} << 20;  // 10 MiB
+inline constexpr std::size_t round_large = std::size_t{2} << 20;       // 2 MiB
+
+/// Rounds x up to a multiple of m. Requires: m > 0, x + m does not overflow.
+constexpr std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
+
+/// The block size serving a request of `bytes`. Requires: bytes > 0.
+constexpr std::size_t block_size(std::size_t bytes) { return round_up(bytes, min_block_size); }
+
+/// The pool a block of `size` (already rounded) comes from.
+constexpr pool_kind pool_for(std::size_t size) {
+  return size <= small_size ? pool_kind::small : pool_kind::large;
+}
+
+/// The usual segment size for a block of `size`.
+constexpr std::size_t segment_size(std::size_t size) {
+  if (size <= small_size) return small_buffer;
+  if (size < min_large_alloc) return large_buffer;
+  return round_up(size, round_large);
+}
+
+/// The smallest segment that still serves a block of `size`; used when the
+/// usual one would pass the budget or the device's free memory.
+constexpr std::size_t min_segment_size(std::size_t size) {
+  return size <= small_size ? size : round_up(size, round_large);
+}
+
+/// Whether a free block of `block` bytes serving a request of `size` bytes
+/// should be split, leaving the remainder in the cache.
+constexpr bool should_split(pool_kind pool, std::size_t block, std::size_t size,
+                            std::size_t max_split_size) {
+  const std::size_t remaining = block - size;
+  if (pool == pool_kind::small) return remaining >= min_block_size;
+  return size < max_split_size && remaining > small_size;
+}
+
+/// Whether a cached free block of `block` bytes may serve a request of `size`
+/// bytes (block >= size): oversize blocks are kept for large requests and not
+/// handed out for requests far smaller than themselves.
+constexpr bool may_serve(std::size_t block, std::size_t size, std::size_t max_split_size) {
+  if (size < max_split_size && block >= max_split_size) return false;
+  if (size >= max_split_size && block >= size + large_buffer) return false;
+  return true;
+}
+
+}  // namespace size_policy
+}  // namespace tp
