@@ -1,0 +1,391 @@
+#include "hooks/config/config.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/errors.hpp"
+#include "hooks/config/parse_bytes.hpp"
+
+namespace tp {
+namespace {
+
+// The key table (config.hpp, config_keys()). Parsing dispatches on these
+// names; a test checks every row parses its own default.
+constexpr std::array<config_key_info, 10> key_table = {{
+    {"backend", "choice", "tensorpager, native, cudaMallocAsync", "tensorpager",
+     "Which allocator serves the process; native and cudaMallocAsync leave PyTorch's own in "
+     "charge."},
+    {"budget", "size or ratio",
+     "a size > 0, a ratio of the device's total memory in (0, 1] written with a decimal point "
+     "and no unit (0.6, 1.0), or none",
+     "none", "Cap on device memory; above it tensors are evicted (swapped or recomputed)."},
+    {"host_budget", "size", "a size > 0, or none", "none",
+     "Cap on the pinned host pool that holds swapped-out tensors; none means what the OS allows."},
+    {"host_fallback", "choice", "error, pageable", "error",
+     "When the pinned host pool is full: raise an error, or use pageable memory (slower "
+     "copies)."},
+    {"max_split_size", "size", "a size >= 20MiB, or none", "none",
+     "Cached blocks larger than this are never split (as PyTorch's max_split_size_mb)."},
+    {"policy", "choice", "lru, dtr, capuchin, hybrid", "hybrid",
+     "Eviction policy: LRU, DTR's score, Capuchin's swap-or-recompute, or hybrid."},
+    {"timeline", "path", "a file path without ',' (empty: off)", "",
+     "Write a Perfetto/Chrome timeline of memory events to this file at exit."},
+    {"record_trace", "path", "a file path without ',' (empty: off)", "",
+     "Record an allocation trace to this file for replay on the simulator."},
+    {"device", "choice", "cuda, cpu", "cuda",
+     "Which adapter is installed: the CUDA allocator, or the CPU allocator over a simulated "
+     "device."},
+    {"sim_capacity", "size", "a size > 0", "64GiB",
+     "Memory of the simulated device behind the cpu adapter."},
+}};
+
+template <typename E>
+struct choice {
+  std::string_view name;
+  E value;
+};
+
+constexpr std::array<choice<backend_kind>, 3> backend_choices = {{
+    {"tensorpager", backend_kind::tensorpager},
+    {"native", backend_kind::native},
+    {"cudaMallocAsync", backend_kind::cuda_malloc_async},
+}};
+constexpr std::array<choice<policy_kind>, 4> policy_choices = {{
+    {"lru", policy_kind::lru},
+    {"dtr", policy_kind::dtr},
+    {"capuchin", policy_kind::capuchin},
+    {"hybrid", policy_kind::hybrid},
+}};
+constexpr std::array<choice<host_fallback_mode>, 2> fallback_choices = {{
+    {"error", host_fallback_mode::error},
+    {"pageable", host_fallback_mode::pageable},
+}};
+constexpr std::array<choice<device_kind>, 2> device_choices = {{
+    {"cuda", device_kind::cuda},
+    {"cpu", device_kind::cpu},
+}};
+
+bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_blank(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_blank(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+template <typename E, std::size_t N>
+std::string_view name_of(const std::array<choice<E>, N>& choices, E v) {
+  for (const auto& c : choices) {
+    if (c.value == v) return c.name;
+  }
+  return "?";
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0u : 1u)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string all_key_names() {
+  std::string out;
+  for (const auto& k : key_table) {
+    if (!out.empty()) out += ", ";
+    out += k.name;
+  }
+  return out;
+}
+
+/// One entry being parsed, with what error messages need.
+struct entry_context {
+  std::string_view source;
+  std::string_view entry;  // "key:value" as written, trimmed
+  const config_key_info* key;
+  std::string_view value;
+
+  [[noreturn]] void fail(std::string_view problem) const {
+    std::string accepted(key->accepted);
+    if (key->kind.find("size") != std::string_view::npos) {
+      accepted += fmt::format("; sizes are {}", accepted_size_forms);
+    }
+    throw config_error(fmt::format("{}: in '{}': {}. {} accepts {}", source, entry, problem,
+                                   key->name, accepted));
+  }
+};
+
+template <typename E, std::size_t N>
+E parse_choice(const entry_context& ctx, const std::array<choice<E>, N>& choices) {
+  for (const auto& c : choices) {
+    if (iequals(ctx.value, c.name)) return c.value;
+  }
+  ctx.fail(ctx.value.empty() ? std::string("the value is empty")
+                             : fmt::format("'{}' is not one of the choices", ctx.value));
+}
+
+std::size_t parse_size_value(const entry_context& ctx, std::size_t minimum) {
+  const bytes_parse_result r = parse_bytes(ctx.value);
+  if (r.error == bytes_error::unknown_unit) {
+    ctx.fail(fmt::format("unknown unit '{}' in size '{}'", r.unit, ctx.value));
+  }
+  if (r.error == bytes_error::fraction_without_unit) {
+    ctx.fail(fmt::format("'{}' is not a whole number of bytes and {} takes no ratio; add a unit "
+                         "(e.g. {}GiB)",
+                         ctx.value, ctx.key->name, ctx.value));
+  }
+  if (r.error != bytes_error::none) ctx.fail(fmt::format("{}: '{}'", describe(r.error), ctx.value));
+  if (r.bytes < minimum) {
+    ctx.fail(fmt::format("'{}' is {} bytes, below the minimum of {}", ctx.value, r.bytes,
+                         format_size_exact(minimum)));
+  }
+  return r.bytes;
+}
+
+std::optional<std::size_t> parse_optional_size(const entry_context& ctx, std::size_t minimum) {
+  if (iequals(ctx.value, "none")) return std::nullopt;
+  return parse_size_value(ctx, minimum);
+}
+
+std::optional<memory_budget> parse_budget(const entry_context& ctx) {
+  if (iequals(ctx.value, "none")) return std::nullopt;
+  if (looks_like_ratio(ctx.value)) {
+    const auto ratio = try_parse_ratio(ctx.value);
+    if (!ratio) {
+      ctx.fail(fmt::format("'{}' is a ratio (a number with a decimal point and no unit) outside "
+                           "(0, 1]; for a size add a unit (e.g. {}GiB)",
+                           ctx.value, ctx.value));
+    }
+    return memory_budget{*ratio};
+  }
+  if (ctx.value == "0" || ctx.value == "1") {
+    ctx.fail(fmt::format("'{}' is ambiguous (Note [Budget: bytes or ratio]); write 1.0 for the "
+                         "whole device, or a size with a unit such as 12GiB",
+                         ctx.value));
+  }
+  return memory_budget{parse_size_value(ctx, 1)};
+}
+
+std::string parse_path(const entry_context& ctx) { return std::string(ctx.value); }
+
+void apply(config& c, const entry_context& ctx) {
+  const std::string_view k = ctx.key->name;
+  if (k == "backend") {
+    c.backend = parse_choice(ctx, backend_choices);
+  } else if (k == "budget") {
+    c.budget = parse_budget(ctx);
+  } else if (k == "host_budget") {
+    c.host_budget = parse_optional_size(ctx, 1);
+  } else if (k == "host_fallback") {
+    c.host_fallback = parse_choice(ctx, fallback_choices);
+  } else if (k == "max_split_size") {
+    c.max_split_size = parse_optional_size(ctx, min_max_split_size);
+  } else if (k == "policy") {
+    c.policy = parse_choice(ctx, policy_choices);
+  } else if (k == "timeline") {
+    c.timeline = parse_path(ctx);
+  } else if (k == "record_trace") {
+    c.record_trace = parse_path(ctx);
+  } else if (k == "device") {
+    c.device = parse_choice(ctx, device_choices);
+  } else if (k == "sim_capacity") {
+    c.sim_capacity = parse_size_value(ctx, 1);
+  }
+}
+
+[[noreturn]] void fail_entry(std::string_view source, std::string_view entry,
+                             std::string_view problem) {
+  throw config_error(fmt::format("{}: in '{}': {}. Entries are key:value separated by ','; "
+                                 "accepted keys: {}",
+                                 source, entry, problem, all_key_names()));
+}
+
+// Splits on ',' (outside brackets when bracket_aware), keeping empty pieces.
+std::vector<std::string_view> split_entries(std::string_view text, bool bracket_aware) {
+  std::vector<std::string_view> out;
+  int depth = 0;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (bracket_aware && ch == '[') ++depth;
+    if (bracket_aware && ch == ']' && depth > 0) --depth;
+    if (ch == ',' && depth == 0) {
+      out.push_back(text.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  out.push_back(text.substr(start));
+  return out;
+}
+
+}  // namespace
+
+std::size_t memory_budget::resolve(std::size_t total_bytes) const noexcept {
+  if (const auto* bytes = std::get_if<std::size_t>(&value)) return *bytes;
+  const double scaled = std::floor(std::get<double>(value) * static_cast<double>(total_bytes));
+  if (!(scaled > 0)) return 0;
+  if (scaled >= static_cast<double>(total_bytes)) return total_bytes;
+  return static_cast<std::size_t>(scaled);
+}
+
+std::span<const config_key_info> config_keys() noexcept { return key_table; }
+
+const config_key_info* find_config_key(std::string_view name) noexcept {
+  for (const auto& k : key_table) {
+    if (k.name == name) return &k;
+  }
+  return nullptr;
+}
+
+config parse_config(std::string_view text, std::string_view source) {
+  config c;
+  if (trim(text).empty()) return c;
+  std::vector<std::string_view> entries = split_entries(text, /*bracket_aware=*/false);
+  if (entries.size() > 1 && trim(entries.back()).empty()) entries.pop_back();  // trailing comma
+
+  std::array<std::string_view, key_table.size()> seen{};
+  std::array<bool, key_table.size()> was_seen{};
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const std::string_view entry = trim(entries[i]);
+    if (entry.empty()) {
+      fail_entry(source, text, fmt::format("entry {} is empty (only one trailing ',' is allowed)",
+                                           i + 1));
+    }
+    const std::size_t colon = entry.find(':');
+    if (colon == std::string_view::npos) {
+      fail_entry(source, entry, "missing ':' between key and value");
+    }
+    const std::string_view name = trim(entry.substr(0, colon));
+    if (name.empty()) fail_entry(source, entry, "the key before ':' is empty");
+    const config_key_info* key = find_config_key(name);
+    if (key == nullptr) {
+      std::string problem = fmt::format("unknown key '{}'", name);
+      for (const auto& k : key_table) {
+        if (edit_distance(name, k.name) <= 2) problem += fmt::format(" (did you mean '{}'?)", k.name);
+      }
+      fail_entry(source, entry, problem);
+    }
+    const auto index = static_cast<std::size_t>(key - key_table.data());
+    if (was_seen[index]) {
+      throw config_error(fmt::format("{}: in '{}': key '{}' is given twice (first as '{}'); give "
+                                     "each key once",
+                                     source, entry, name, seen[index]));
+    }
+    was_seen[index] = true;
+    seen[index] = entry;
+    apply(c, entry_context{source, entry, key, trim(entry.substr(colon + 1))});
+  }
+  return c;
+}
+
+std::string to_string(const config& c) {
+  const config defaults;
+  std::vector<std::string> out;
+  auto add = [&out](std::string_view key, std::string_view value) {
+    out.push_back(fmt::format("{}:{}", key, value));
+  };
+  auto add_path = [&add](std::string_view key, const std::string& path) {
+    if (path.empty()) return;
+    if (path.find(',') != std::string::npos || trim(path) != path) {
+      throw config_error(fmt::format("{} '{}' cannot be written as configuration text: it holds "
+                                     "',' or leading/trailing blanks",
+                                     key, path));
+    }
+    add(key, path);
+  };
+
+  if (c.backend != defaults.backend) add("backend", to_string(c.backend));
+  if (c.budget) {
+    if (c.budget->is_ratio()) {
+      const double r = std::get<double>(c.budget->value);
+      if (!(r > 0.0 && r <= 1.0)) {
+        throw config_error(fmt::format("budget ratio {} is outside (0, 1]", r));
+      }
+      add("budget", format_ratio_exact(r));
+    } else {
+      const std::size_t bytes = std::get<std::size_t>(c.budget->value);
+      if (bytes == 0) throw config_error("budget of 0 bytes cannot be written; use none");
+      add("budget", format_size_exact(bytes));
+    }
+  }
+  if (c.host_budget) {
+    if (*c.host_budget == 0) throw config_error("host_budget of 0 bytes cannot be written");
+    add("host_budget", format_size_exact(*c.host_budget));
+  }
+  if (c.host_fallback != defaults.host_fallback) add("host_fallback", to_string(c.host_fallback));
+  if (c.max_split_size) {
+    if (*c.max_split_size < min_max_split_size) {
+      throw config_error(fmt::format("max_split_size {} is below the minimum of {}",
+                                     *c.max_split_size, format_size_exact(min_max_split_size)));
+    }
+    add("max_split_size", format_size_exact(*c.max_split_size));
+  }
+  if (c.policy != defaults.policy) add("policy", to_string(c.policy));
+  add_path("timeline", c.timeline);
+  add_path("record_trace", c.record_trace);
+  if (c.device != defaults.device) add("device", to_string(c.device));
+  if (c.sim_capacity != defaults.sim_capacity) {
+    if (c.sim_capacity == 0) throw config_error("sim_capacity of 0 bytes cannot be written");
+    add("sim_capacity", format_size_exact(c.sim_capacity));
+  }
+  return fmt::format("{}", fmt::join(out, ","));
+}
+
+split_conf split_alloc_conf(std::string_view conf) {
+  std::vector<std::string_view> ours;
+  std::vector<std::string_view> theirs;
+  for (const std::string_view raw : split_entries(conf, /*bracket_aware=*/true)) {
+    const std::string_view entry = trim(raw);
+    if (entry.empty()) continue;
+    const std::size_t colon = entry.find(':');
+    const std::string_view name = trim(entry.substr(0, colon));
+    if (name == "backend") {
+      const std::string_view value =
+          colon == std::string_view::npos ? std::string_view{} : trim(entry.substr(colon + 1));
+      ours.push_back(entry);
+      if (!iequals(value, "tensorpager")) theirs.push_back(entry);
+    } else if (find_config_key(name) != nullptr) {
+      ours.push_back(entry);
+    } else {
+      theirs.push_back(entry);
+    }
+  }
+  return {fmt::format("{}", fmt::join(ours, ",")), fmt::format("{}", fmt::join(theirs, ","))};
+}
+
+std::string config_keys_markdown() {
+  std::string out = "| key | kind | accepted | default | description |\n|---|---|---|---|---|\n";
+  for (const auto& k : key_table) {
+    out += fmt::format("| `{}` | {} | {} | {} | {} |\n", k.name, k.kind, k.accepted,
+                       k.default_value.empty() ? std::string("(empty)")
+                                               : fmt::format("`{}`", k.default_value),
+                       k.description);
+  }
+  return out;
+}
+
+std::string_view to_string(backend_kind v) noexcept { return name_of(backend_choices, v); }
+std::string_view to_string(policy_kind v) noexcept { return name_of(policy_choices, v); }
+std::string_view to_string(host_fallback_mode v) noexcept { return name_of(fallback_choices, v); }
+std::string_view to_string(device_kind v) noexcept { return name_of(device_choices, v); }
+
+}  // namespace tp

@@ -1,0 +1,143 @@
+#pragma once
+// tensorpager's configuration: one grammar for PYTORCH_CUDA_ALLOC_CONF,
+// TENSORPAGER_CONF and explicit strings.
+//
+// Note [Configuration grammar]
+//   text  := "" | entry { "," entry } [ "," ]
+//   entry := key ":" value
+// Blanks around keys and values are trimmed. The empty string (or blanks)
+// means every default. One trailing comma is tolerated; an empty entry
+// anywhere else is an error. Keys are lower case and case-sensitive; the
+// values of choice keys (policy:LRU) and size units are case-insensitive. A
+// value runs from the first ':' to the next ',', so a value may contain ':'
+// (timeline:C:/runs/a.json) but never ','. Each key may be given once. Sizes
+// follow Note [Size grammar] in parse_bytes.hpp. Keys that can be unlimited
+// (budget, host_budget, max_split_size) also accept "none", their default.
+//
+// Note [Budget: bytes or ratio]
+// budget takes a size or a ratio of the device's total memory. A ratio is
+// written with a decimal point and no unit ("0.6", "1.0") and must be in
+// (0, 1]. A unitless whole number is bytes ("4096"). The unitless values "0"
+// and "1" are rejected: 0 bytes is not a budget, and "1" would mean one byte
+// to a parser but "the whole device" to most readers; write "1.0" or "1B".
+//
+// Note [Sharing PYTORCH_CUDA_ALLOC_CONF]
+// PyTorch rejects keys it does not know, so the start-up hook splits the
+// variable with split_alloc_conf(), parses our part and hands PyTorch the
+// rest. PyTorch's own "backend" key (native, cudaMallocAsync) is shared:
+// backend:tensorpager goes to us only, any other backend goes to both, so
+// PyTorch still selects its own allocator and we know to stay out of the way.
+
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+
+namespace tp {
+
+/// Which allocator serves the process. Anything but tensorpager leaves
+/// PyTorch's own allocator in charge (Note [Sharing PYTORCH_CUDA_ALLOC_CONF]).
+enum class backend_kind { tensorpager, native, cuda_malloc_async };
+
+/// The eviction policy (DESIGN.md, "Policies").
+enum class policy_kind { lru, dtr, capuchin, hybrid };
+
+/// What happens when the pinned host pool is full: throw, or hand out
+/// pageable memory (copies from it are synchronous on CUDA). The allocator's
+/// pinned_host_pool has its own enum; hooks/ maps this one onto it.
+enum class host_fallback_mode { error, pageable };
+
+/// Which adapter the hooks install: the c10 CUDA allocator, or the CPU
+/// allocator over a simulated device (tests, CI without a GPU).
+enum class device_kind { cuda, cpu };
+
+/// A budget as written: bytes, or a ratio in (0, 1] of the device's total
+/// memory (Note [Budget: bytes or ratio]). A value type.
+struct memory_budget {
+  std::variant<std::size_t, double> value;
+
+  bool is_ratio() const noexcept { return std::holds_alternative<double>(value); }
+  /// The budget in bytes on a device with total_bytes of memory; a ratio is
+  /// rounded down. Pure.
+  std::size_t resolve(std::size_t total_bytes) const noexcept;
+
+  friend bool operator==(const memory_budget&, const memory_budget&) = default;
+};
+
+/// Every setting, with its default. A plain value: copy it, compare it,
+/// build it in a test. See config_keys() for what each field means.
+struct config {
+  backend_kind backend = backend_kind::tensorpager;
+  std::optional<memory_budget> budget;          ///< none: no cap
+  std::optional<std::size_t> host_budget;       ///< none: no cap beyond what the OS allows
+  host_fallback_mode host_fallback = host_fallback_mode::error;
+  std::optional<std::size_t> max_split_size;    ///< none: unlimited; else >= min_max_split_size
+  policy_kind policy = policy_kind::hybrid;
+  std::string timeline;                         ///< empty: no timeline file
+  std::string record_trace;                     ///< empty: no trace file
+  device_kind device = device_kind::cuda;
+  std::size_t sim_capacity = std::size_t{64} << 30;  ///< 64 GiB
+
+  friend bool operator==(const config&, const config&) = default;
+};
+
+/// The smallest max_split_size accepted, as PyTorch's max_split_size_mb (its
+/// large-block threshold, 20 MiB).
+inline constexpr std::size_t min_max_split_size = std::size_t{20} << 20;
+
+/// One row of the key table: the single source for parsing, error messages
+/// and the README. All views point at static storage.
+struct config_key_info {
+  std::string_view name;           ///< "budget"
+  std::string_view kind;           ///< "size or ratio", "choice", "path", "size"
+  std::string_view accepted;       ///< what values are accepted, in words
+  std::string_view default_value;  ///< as to_string would write it; "none" or ""
+  std::string_view description;    ///< one sentence
+};
+
+/// Every key parse_config accepts, in documentation order. Static storage,
+/// thread-safe.
+std::span<const config_key_info> config_keys() noexcept;
+
+/// The row for name, or nullptr. Thread-safe.
+const config_key_info* find_config_key(std::string_view name) noexcept;
+
+/// Parses text by Note [Configuration grammar]. source names where the text
+/// came from ("PYTORCH_CUDA_ALLOC_CONF", "TENSORPAGER_CONF", "tp.budget()")
+/// and starts every error message. Throws tp::config_error naming the source,
+/// the offending "key:value" entry, what is wrong and what is accepted. Pure,
+/// thread-safe.
+config parse_config(std::string_view text, std::string_view source);
+
+/// The non-default settings of c as text that parse_config reads back to an
+/// equal config ("" for the defaults). Throws tp::config_error when a path
+/// holds ',' or leading/trailing blanks, which the grammar cannot carry, or a
+/// field is out of range (a budget of 0 bytes, a ratio outside (0, 1]).
+std::string to_string(const config& c);
+
+/// The two halves of a PYTORCH_CUDA_ALLOC_CONF value.
+struct split_conf {
+  std::string ours;    ///< entries whose key is in config_keys(), in order
+  std::string theirs;  ///< everything else (PyTorch's keys), in order
+};
+
+/// Splits a PYTORCH_CUDA_ALLOC_CONF value (Note [Sharing
+/// PYTORCH_CUDA_ALLOC_CONF]). Entries are separated by commas outside square
+/// brackets, so "roundup_power2_divisions:[256:1,512:2,>:1]" stays one entry.
+/// Entries are trimmed and re-joined with ","; empty entries are dropped.
+/// Validates nothing (parse_config and PyTorch do) and never throws except
+/// std::bad_alloc. Pure, thread-safe.
+split_conf split_alloc_conf(std::string_view conf);
+
+/// A Markdown table of config_keys() for the README. Pure.
+std::string config_keys_markdown();
+
+/// Names as the grammar writes them ("hybrid", "cudaMallocAsync"). Pure.
+std::string_view to_string(backend_kind v) noexcept;
+std::string_view to_string(policy_kind v) noexcept;
+std::string_view to_string(host_fallback_mode v) noexcept;
+std::string_view to_string(device_kind v) noexcept;
+
+}  // namespace tp

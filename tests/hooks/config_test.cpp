@@ -1,0 +1,344 @@
+#include "hooks/config/config.hpp"
+
+#include <random>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/errors.hpp"
+#include "hooks/config/parse_bytes.hpp"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr std::size_t KiB = 1024;
+constexpr std::size_t MiB = KiB * 1024;
+constexpr std::size_t GiB = MiB * 1024;
+constexpr std::size_t TiB = GiB * 1024;
+
+// The message of the config_error that parse_config throws for text.
+std::string error_for(std::string_view text, std::string_view source = "TENSORPAGER_CONF") {
+  try {
+    (void)tp::parse_config(text, source);
+  } catch (const tp::config_error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no config_error for '" << text << "'";
+  return {};
+}
+
+// --- sizes ------------------------------------------------------------------
+
+TEST(ParseBytes, AcceptsEveryUnitCaseInsensitively) {
+  EXPECT_EQ(tp::try_parse_bytes("4096"), 4096u);
+  EXPECT_EQ(tp::try_parse_bytes("0"), 0u);
+  EXPECT_EQ(tp::try_parse_bytes("7B"), 7u);
+  EXPECT_EQ(tp::try_parse_bytes("100KB"), 100'000u);
+  EXPECT_EQ(tp::try_parse_bytes("512MB"), 512'000'000u);
+  EXPECT_EQ(tp::try_parse_bytes("12GB"), 12'000'000'000u);
+  EXPECT_EQ(tp::try_parse_bytes("2TB"), 2'000'000'000'000u);
+  EXPECT_EQ(tp::try_parse_bytes("3KiB"), 3 * KiB);
+  EXPECT_EQ(tp::try_parse_bytes("512MiB"), 512 * MiB);
+  EXPECT_EQ(tp::try_parse_bytes("12GiB"), 12 * GiB);
+  EXPECT_EQ(tp::try_parse_bytes("2TiB"), 2 * TiB);
+  EXPECT_EQ(tp::try_parse_bytes("12gib"), 12 * GiB);
+  EXPECT_EQ(tp::try_parse_bytes("12GIB"), 12 * GiB);
+  EXPECT_EQ(tp::try_parse_bytes("512mb"), 512'000'000u);
+  EXPECT_EQ(tp::try_parse_bytes("  12 GiB\t"), 12 * GiB);
+}
+
+TEST(ParseBytes, FractionsWithAUnitRoundDown) {
+  EXPECT_EQ(tp::try_parse_bytes("1.5GB"), 1'500'000'000u);
+  EXPECT_EQ(tp::try_parse_bytes("1.5KiB"), 1536u);
+  EXPECT_EQ(tp::try_parse_bytes("0.1KiB"), 102u);  // 102.4
+  EXPECT_EQ(tp::try_parse_bytes("0.5B"), 0u);
+  EXPECT_EQ(tp::try_parse_bytes("1.000000000000000000000001TiB"), TiB);
+  EXPECT_EQ(tp::try_parse_bytes("0.99999999999999999999999999TiB"), TiB - 1);
+}
+
+TEST(ParseBytes, RejectsMalformedSizesWithAReason) {
+  EXPECT_EQ(tp::parse_bytes("").error, tp::bytes_error::empty);
+  EXPECT_EQ(tp::parse_bytes("-1GiB").error, tp::bytes_error::negative);
+  EXPECT_EQ(tp::parse_bytes("GiB").error, tp::bytes_error::not_a_number);
+  EXPECT_EQ(tp::parse_bytes("+5").error, tp::bytes_error::not_a_number);
+  EXPECT_EQ(tp::parse_bytes("1.GiB").error, tp::bytes_error::not_a_number);
+  EXPECT_EQ(tp::parse_bytes(".5GiB").error, tp::bytes_error::not_a_number);
+  EXPECT_EQ(tp::parse_bytes("1.5").error, tp::bytes_error::fraction_without_unit);
+  EXPECT_EQ(tp::parse_bytes("12G").error, tp::bytes_error::ambiguous_unit);
+  EXPECT_EQ(tp::parse_bytes("12k").error, tp::bytes_error::ambiguous_unit);
+  EXPECT_EQ(tp::parse_bytes("12GB B").error, tp::bytes_error::unknown_unit);
+  EXPECT_EQ(tp::parse_bytes("12GB B").unit, "GB B");
+  EXPECT_EQ(tp::parse_bytes("1e9").error, tp::bytes_error::unknown_unit);
+  EXPECT_EQ(tp::parse_bytes("99999999999999999999").error, tp::bytes_error::overflow);
+  EXPECT_EQ(tp::parse_bytes("20000000TiB").error, tp::bytes_error::overflow);
+  EXPECT_EQ(tp::try_parse_bytes("12 gigs"), std::nullopt);
+}
+
+TEST(ParseBytes, RatiosNeedAPointAndLieInZeroToOne) {
+  EXPECT_EQ(tp::try_parse_ratio("0.6"), 0.6);
+  EXPECT_EQ(tp::try_parse_ratio("1.0"), 1.0);
+  EXPECT_EQ(tp::try_parse_ratio(" 0.05 "), 0.05);
+  EXPECT_EQ(tp::try_parse_ratio("1"), std::nullopt);
+  EXPECT_EQ(tp::try_parse_ratio("0.0"), std::nullopt);
+  EXPECT_EQ(tp::try_parse_ratio("1.5"), std::nullopt);
+  EXPECT_EQ(tp::try_parse_ratio(".5"), std::nullopt);
+  EXPECT_EQ(tp::try_parse_ratio("0.5GiB"), std::nullopt);
+}
+
+TEST(ParseBytes, ExactFormattingRoundTrips) {
+  EXPECT_EQ(tp::format_size_exact(12 * GiB), "12GiB");
+  EXPECT_EQ(tp::format_size_exact(512'000'000), "512MB");
+  EXPECT_EQ(tp::format_size_exact(1536), "1536B");
+  EXPECT_EQ(tp::format_size_exact(0), "0B");
+  EXPECT_EQ(tp::format_ratio_exact(0.6), "0.6");
+  EXPECT_EQ(tp::format_ratio_exact(1.0), "1.0");
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    const std::size_t bytes = rng() >> (rng() % 64);
+    EXPECT_EQ(tp::try_parse_bytes(tp::format_size_exact(bytes)), bytes);
+    const double ratio = std::uniform_real_distribution<double>(1e-12, 1.0)(rng);
+    EXPECT_EQ(tp::try_parse_ratio(tp::format_ratio_exact(ratio)), ratio);
+  }
+}
+
+// --- valid configurations ----------------------------------------------------
+
+TEST(Config, EmptyTextMeansAllDefaults) {
+  EXPECT_EQ(tp::parse_config("", "TENSORPAGER_CONF"), tp::config{});
+  EXPECT_EQ(tp::parse_config("  \t ", "TENSORPAGER_CONF"), tp::config{});
+  const tp::config c;
+  EXPECT_EQ(c.backend, tp::backend_kind::tensorpager);
+  EXPECT_FALSE(c.budget);
+  EXPECT_FALSE(c.host_budget);
+  EXPECT_EQ(c.host_fallback, tp::host_fallback_mode::error);
+  EXPECT_FALSE(c.max_split_size);
+  EXPECT_EQ(c.policy, tp::policy_kind::hybrid);
+  EXPECT_EQ(c.device, tp::device_kind::cuda);
+  EXPECT_EQ(c.sim_capacity, 64 * GiB);
+}
+
+TEST(Config, EveryKeyTableDefaultParsesToTheDefault) {
+  for (const auto& key : tp::config_keys()) {
+    const std::string text = std::string(key.name) + ":" + std::string(key.default_value);
+    EXPECT_EQ(tp::parse_config(text, "test"), tp::config{}) << text;
+    EXPECT_FALSE(key.accepted.empty());
+    EXPECT_FALSE(key.description.empty());
+  }
+  EXPECT_EQ(tp::config_keys().size(), 10u);
+  EXPECT_THAT(tp::config_keys_markdown(), HasSubstr("| `max_split_size` |"));
+}
+
+TEST(Config, ParsesEveryKey) {
+  const tp::config c = tp::parse_config(
+      "backend:native, budget:12GiB, host_budget:32GB, host_fallback:pageable, "
+      "max_split_size:128MiB, policy:dtr, timeline:/tmp/run.json, record_trace:C:/t/a.trace, "
+      "device:cpu, sim_capacity:8GiB",
+      "TENSORPAGER_CONF");
+  EXPECT_EQ(c.backend, tp::backend_kind::native);
+  EXPECT_EQ(c.budget, tp::memory_budget{12 * GiB});
+  EXPECT_EQ(c.host_budget, 32'000'000'000u);
+  EXPECT_EQ(c.host_fallback, tp::host_fallback_mode::pageable);
+  EXPECT_EQ(c.max_split_size, 128 * MiB);
+  EXPECT_EQ(c.policy, tp::policy_kind::dtr);
+  EXPECT_EQ(c.timeline, "/tmp/run.json");
+  EXPECT_EQ(c.record_trace, "C:/t/a.trace");
+  EXPECT_EQ(c.device, tp::device_kind::cpu);
+  EXPECT_EQ(c.sim_capacity, 8 * GiB);
+}
+
+TEST(Config, TrimsBlanksAndToleratesATrailingComma) {
+  const tp::config c = tp::parse_config("  policy : LRU ,\tbudget:\t0.6 ,", "x");
+  EXPECT_EQ(c.policy, tp::policy_kind::lru);
+  ASSERT_TRUE(c.budget);
+  EXPECT_TRUE(c.budget->is_ratio());
+  EXPECT_EQ(c.budget->resolve(100 * GiB), static_cast<std::size_t>(0.6 * 100.0 * GiB));
+}
+
+TEST(Config, BudgetDistinguishesBytesFromRatio) {
+  EXPECT_EQ(tp::parse_config("budget:4096", "x").budget, tp::memory_budget{std::size_t{4096}});
+  EXPECT_EQ(tp::parse_config("budget:2", "x").budget, tp::memory_budget{std::size_t{2}});
+  EXPECT_EQ(tp::parse_config("budget:1B", "x").budget, tp::memory_budget{std::size_t{1}});
+  EXPECT_EQ(tp::parse_config("budget:1.0", "x").budget, tp::memory_budget{1.0});
+  EXPECT_EQ(tp::parse_config("budget:1.0", "x").budget->resolve(80 * GiB), 80 * GiB);
+  EXPECT_EQ(tp::parse_config("budget:1.5GB", "x").budget,
+            tp::memory_budget{std::size_t{1'500'000'000}});
+  EXPECT_EQ(tp::parse_config("budget:none", "x").budget, std::nullopt);
+  EXPECT_EQ(tp::parse_config("max_split_size:20MiB", "x").max_split_size, 20 * MiB);
+  EXPECT_EQ(tp::parse_config("backend:cudamallocasync", "x").backend,
+            tp::backend_kind::cuda_malloc_async);
+  EXPECT_EQ(tp::parse_config("timeline:", "x").timeline, "");
+}
+
+// --- malformed configurations --------------------------------------------------
+
+TEST(Config, RejectsUnknownKeyAndListsAcceptedKeys) {
+  const std::string msg = error_for("budgit:12GiB", "PYTORCH_CUDA_ALLOC_CONF");
+  EXPECT_THAT(msg, HasSubstr("PYTORCH_CUDA_ALLOC_CONF"));
+  EXPECT_THAT(msg, HasSubstr("'budgit:12GiB'"));
+  EXPECT_THAT(msg, HasSubstr("unknown key 'budgit'"));
+  EXPECT_THAT(msg, HasSubstr("did you mean 'budget'?"));
+  for (const auto& key : tp::config_keys()) EXPECT_THAT(msg, HasSubstr(key.name));
+}
+
+TEST(Config, RejectsMalformedSizeAndShowsAcceptedForms) {
+  const std::string msg = error_for("budget:12 gigs");
+  EXPECT_THAT(msg, HasSubstr("TENSORPAGER_CONF"));
+  EXPECT_THAT(msg, HasSubstr("'budget:12 gigs'"));
+  EXPECT_THAT(msg, HasSubstr("unknown unit 'gigs'"));
+  EXPECT_THAT(msg, HasSubstr(tp::accepted_size_forms));
+  EXPECT_THAT(error_for("host_budget:12G"), HasSubstr("ambiguous"));
+  EXPECT_THAT(error_for("sim_capacity:"), HasSubstr("empty"));
+}
+
+TEST(Config, RejectsUnitTypo) {
+  const std::string msg = error_for("budget:12GB B");
+  EXPECT_THAT(msg, HasSubstr("'budget:12GB B'"));
+  EXPECT_THAT(msg, HasSubstr("unknown unit 'GB B'"));
+}
+
+TEST(Config, RejectsNegativeSizes) {
+  const std::string msg = error_for("host_budget:-1GiB");
+  EXPECT_THAT(msg, HasSubstr("'host_budget:-1GiB'"));
+  EXPECT_THAT(msg, HasSubstr("negative"));
+  EXPECT_THAT(error_for("budget:-0.5"), HasSubstr("negative"));
+}
+
+TEST(Config, RejectsRatioOutsideZeroToOne) {
+  const std::string msg = error_for("budget:1.5");
+  EXPECT_THAT(msg, HasSubstr("'budget:1.5'"));
+  EXPECT_THAT(msg, HasSubstr("(0, 1]"));
+  EXPECT_THAT(msg, HasSubstr("1.5GiB"));
+  EXPECT_THAT(error_for("budget:0.0"), HasSubstr("(0, 1]"));
+  EXPECT_THAT(error_for("host_budget:0.5"), HasSubstr("takes no ratio"));
+}
+
+TEST(Config, RejectsAmbiguousOrZeroBudgets) {
+  EXPECT_THAT(error_for("budget:1"), HasSubstr("ambiguous"));
+  EXPECT_THAT(error_for("budget:0"), HasSubstr("ambiguous"));
+  EXPECT_THAT(error_for("budget:0GiB"), HasSubstr("below the minimum of 1B"));
+  EXPECT_THAT(error_for("host_budget:0"), HasSubstr("below the minimum"));
+}
+
+TEST(Config, RejectsMaxSplitSizeBelowTwentyMiB) {
+  const std::string msg = error_for("max_split_size:19MiB");
+  EXPECT_THAT(msg, HasSubstr("minimum of 20MiB"));
+  EXPECT_THAT(msg, HasSubstr("'max_split_size:19MiB'"));
+}
+
+TEST(Config, RejectsUnknownChoiceAndListsChoices) {
+  const std::string msg = error_for("policy:fifo");
+  EXPECT_THAT(msg, HasSubstr("'fifo' is not one of the choices"));
+  EXPECT_THAT(msg, HasSubstr("lru, dtr, capuchin, hybrid"));
+  EXPECT_THAT(error_for("backend:cuda"), HasSubstr("tensorpager, native, cudaMallocAsync"));
+  EXPECT_THAT(error_for("device:gpu"), HasSubstr("cuda, cpu"));
+  EXPECT_THAT(error_for("host_fallback:swap"), HasSubstr("error, pageable"));
+}
+
+TEST(Config, RejectsDuplicateKey) {
+  const std::string msg = error_for("budget:1GiB,policy:lru,budget:2GiB");
+  EXPECT_THAT(msg, HasSubstr("'budget:2GiB'"));
+  EXPECT_THAT(msg, HasSubstr("given twice (first as 'budget:1GiB')"));
+}
+
+TEST(Config, RejectsEmptyKeyMissingColonAndEmptyEntries) {
+  EXPECT_THAT(error_for(":12GiB"), HasSubstr("key before ':' is empty"));
+  const std::string msg = error_for("budget12GiB");
+  EXPECT_THAT(msg, HasSubstr("missing ':'"));
+  EXPECT_THAT(msg, HasSubstr("'budget12GiB'"));
+  EXPECT_THAT(msg, HasSubstr("backend, budget, host_budget"));
+  EXPECT_THAT(error_for("policy:lru,,budget:1GiB"), HasSubstr("entry 2 is empty"));
+  EXPECT_THAT(error_for(",policy:lru"), HasSubstr("entry 1 is empty"));
+  EXPECT_THAT(error_for("policy:lru,,"), HasSubstr("is empty"));
+}
+
+// --- to_string ---------------------------------------------------------------
+
+TEST(Config, ToStringRoundTrips) {
+  EXPECT_EQ(tp::to_string(tp::config{}), "");
+  const char* texts[] = {
+      "budget:12GiB",
+      "budget:0.6,policy:lru",
+      "backend:native,budget:1.0,host_budget:1.5GB,host_fallback:pageable",
+      "max_split_size:128MiB,timeline:C:/a b/run.json,record_trace:x.trace,device:cpu",
+      "sim_capacity:1000,budget:4097",
+  };
+  for (const char* text : texts) {
+    const tp::config c = tp::parse_config(text, "x");
+    const std::string written = tp::to_string(c);
+    EXPECT_EQ(tp::parse_config(written, "x"), c) << text << " -> " << written;
+  }
+  EXPECT_EQ(tp::to_string(tp::parse_config("policy:LRU,budget:12GiB", "x")),
+            "budget:12GiB,policy:lru");
+}
+
+TEST(Config, ToStringRejectsValuesTheGrammarCannotCarry) {
+  tp::config c;
+  c.timeline = "a,b.json";
+  EXPECT_THROW((void)tp::to_string(c), tp::config_error);
+  c = {};
+  c.budget = tp::memory_budget{1.5};
+  EXPECT_THROW((void)tp::to_string(c), tp::config_error);
+}
+
+// --- split_alloc_conf ----------------------------------------------------------
+
+TEST(SplitAllocConf, SeparatesOurKeysFromPyTorchsPreservingOrder) {
+  const auto s = tp::split_alloc_conf(
+      "expandable_segments:False, backend:tensorpager,garbage_collection_threshold:0.6,"
+      "budget:12GiB,max_split_size_mb:128,policy:dtr,");
+  EXPECT_EQ(s.ours, "backend:tensorpager,budget:12GiB,policy:dtr");
+  EXPECT_EQ(s.theirs, "expandable_segments:False,garbage_collection_threshold:0.6,"
+                      "max_split_size_mb:128");
+}
+
+TEST(SplitAllocConf, KeepsBracketedValuesAsOneEntry) {
+  const auto s = tp::split_alloc_conf(
+      "roundup_power2_divisions:[256:1,512:2,>:1],budget:0.5,expandable_segments:True");
+  EXPECT_EQ(s.ours, "budget:0.5");
+  EXPECT_EQ(s.theirs, "roundup_power2_divisions:[256:1,512:2,>:1],expandable_segments:True");
+}
+
+TEST(SplitAllocConf, SharesPyTorchBackendsWithBothSides) {
+  auto s = tp::split_alloc_conf("backend:cudaMallocAsync,budget:1GiB");
+  EXPECT_EQ(s.ours, "backend:cudaMallocAsync,budget:1GiB");
+  EXPECT_EQ(s.theirs, "backend:cudaMallocAsync");
+  EXPECT_EQ(tp::parse_config(s.ours, "x").backend, tp::backend_kind::cuda_malloc_async);
+  s = tp::split_alloc_conf("");
+  EXPECT_EQ(s.ours, "");
+  EXPECT_EQ(s.theirs, "");
+  s = tp::split_alloc_conf("budget");  // no ':': ours, so parse_config explains
+  EXPECT_EQ(s.ours, "budget");
+}
+
+// --- robustness ----------------------------------------------------------------
+
+TEST(ConfigFuzz, RandomTextThrowsOnlyConfigError) {
+  const std::string alphabet = "abcdefghijklmnopqrstuvwxyz_:,.[]- 0123456789KMGTiB\t";
+  const std::string fragments[] = {"budget:",  "policy:", "0.6",     "12GiB", ",",
+                                   "host_budget:", "none", "1.0", "max_split_size:", "lru"};
+  std::mt19937 rng(12345);
+  for (int i = 0; i < 5000; ++i) {
+    std::string text;
+    const int pieces = static_cast<int>(rng() % 8);
+    for (int p = 0; p < pieces; ++p) {
+      if (rng() % 2 == 0) {
+        text += fragments[rng() % std::size(fragments)];
+      } else {
+        for (auto n = rng() % 6; n > 0; --n) text += alphabet[rng() % alphabet.size()];
+      }
+    }
+    try {
+      const tp::config c = tp::parse_config(text, "fuzz");
+      EXPECT_EQ(tp::parse_config(tp::to_string(c), "fuzz"), c) << text;
+    } catch (const tp::config_error&) {
+    }
+    const auto s = tp::split_alloc_conf(text);
+    EXPECT_LE(s.ours.size() + s.theirs.size(), 2 * text.size() + 1);
+    (void)tp::parse_bytes(text);
+    (void)tp::try_parse_ratio(text);
+  }
+}
+
+}  // namespace
