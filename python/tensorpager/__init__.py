@@ -1,0 +1,248 @@
+"""tensorpager: run PyTorch training under a GPU memory budget.
+
+No code change::
+
+    PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager,budget:12GiB" python train.py
+
+or explicitly, before the first allocation::
+
+    import tensorpager as tp
+    tp.install(budget="12GiB", policy="hybrid")
+
+This module is imported by the start-up hook in every interpreter, so it
+imports nothing heavy at import time: torch and the C++ extension
+``tensorpager._C`` are loaded by the first call that needs them.
+
+Configuration keys, sizes and the grammar are described in the README and in
+``tensorpager._keys``; the C++ parser (``hooks/config/``) validates.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tensorpager import _conf, _keys, _sizes
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "install",
+    "is_installed",
+    "config",
+    "stats",
+    "memory_summary",
+    "set_budget",
+    "get_budget",
+    "empty_cache",
+    "reset_peak_stats",
+    "snapshot",
+    "device_kind",
+    "parse_size",
+    "KEYS",
+]
+
+#: Every configuration key tensorpager accepts.
+KEYS = _keys.KEYS
+
+parse_size = _sizes.parse_size
+
+# How the installed configuration chose its device; reported by config().
+_device_source: str | None = None
+
+
+def _load_ext():  # noqa: ANN202
+    from tensorpager import _ext as ext
+
+    return ext.load()
+
+
+def install(conf: str | None = None, **options: Any) -> None:
+    """Installs tensorpager as the allocator of this process.
+
+    Call it once, after ``import torch`` and before the first tensor is
+    allocated on the managed device. With the start-up hook (the
+    ``PYTORCH_CUDA_ALLOC_CONF`` or ``TENSORPAGER_CONF`` variable) it is called
+    for you when torch is imported.
+
+    Args:
+        conf: configuration text, ``key:value,key:value``. None reads
+            ``TENSORPAGER_CONF`` (empty when unset: every default).
+        **options: more keys, each replacing conf's entry of the same name.
+            Sizes may be ints (bytes) or strings (``"12GiB"``); ``budget`` may
+            also be a float ratio of the device memory (``0.6``); None means
+            ``none``; paths may be ``os.PathLike``.
+
+    If neither conf nor options name ``device`` and
+    ``torch.cuda.is_available()`` is False, the CPU adapter is installed
+    (``device:cpu``) and ``config()["device_source"]`` says so.
+
+    Raises:
+        ValueError: the configuration is invalid (unknown key, malformed size,
+            impossible budget); the message names the input and lists what is
+            accepted.
+        TypeError: an option has a type with no text form.
+        ImportError: the C++ extension is missing.
+    """
+    global _device_source
+    text = _conf.merge_options(os.environ.get(_keys.ENV_CONF, "") if conf is None else conf, options)
+    ext = _load_ext()
+    source = "configuration"
+    if "device" not in _conf.parse_to_dict(text):
+        import torch
+
+        if torch.cuda.is_available():
+            source = "default"
+        else:
+            text = _conf.join_entries([*_conf.split_entries(text, bracket_aware=False), "device:cpu"])
+            source = "auto: torch.cuda.is_available() is False and no device was configured"
+    ext.install(text)
+    _device_source = source
+
+
+def is_installed() -> bool:
+    """True when tensorpager serves this process's allocations."""
+    return bool(_load_ext().is_installed())
+
+
+def config() -> dict[str, str]:
+    """The installed configuration: every key, as configuration text.
+
+    Returns:
+        ``{key: value}`` for every key in ``KEYS`` (defaults filled in), plus
+        ``"device_source"``: ``"configuration"`` (device was given),
+        ``"default"``, or ``"auto: ..."`` (CUDA was unavailable, so the CPU
+        adapter was chosen). An empty dict when tensorpager is not installed.
+    """
+    ext = _load_ext()
+    if not ext.is_installed():
+        return {}
+    values = dict(_keys.DEFAULTS)
+    values.update(_conf.parse_to_dict(ext.config()))
+    values["device_source"] = _device_source or "configuration"
+    return values
+
+
+def stats() -> dict[str, int]:
+    """Allocator statistics under ``torch.cuda.memory_stats()``'s key names.
+
+    Includes ``"allocated_bytes.all.current"``, ``"reserved_bytes.all.peak"``,
+    ``"num_ooms"``, ... and ``"tensorpager.budget"``.
+    """
+    return {str(k): int(v) for k, v in _load_ext().stats().items()}
+
+
+def memory_summary() -> str:
+    """A human-readable table of the allocator's state, like ``torch.cuda.memory_summary()``."""
+    return str(_load_ext().memory_summary())
+
+
+def _budget_bytes(value: int | float | str | None) -> int | None:
+    """Turns a set_budget() argument into bytes, or None for no budget."""
+    accepted = (
+        "None or 'none' (no budget); an int number of bytes > 0; a size string ("
+        + _sizes.ACCEPTED_SIZE_FORMS
+        + "); or a ratio of the device's memory in (0, 1] as a float or a string with a"
+        " decimal point (0.6, '1.0')"
+    )
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise TypeError(f"set_budget({value!r}): a bool is not a budget. Accepted: {accepted}")
+    ratio: float | None = None
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError(f"set_budget({value!r}): a budget must be > 0 bytes. Accepted: {accepted}")
+        return value
+    if isinstance(value, float):
+        if not 0.0 < value <= 1.0:
+            raise ValueError(f"set_budget({value!r}): a ratio must be in (0, 1]. Accepted: {accepted}")
+        ratio = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.lower() == "none":
+            return None
+        if _sizes.looks_like_ratio(text):
+            ratio = _sizes.parse_ratio(text)
+            if ratio is None:
+                raise ValueError(
+                    f"set_budget({value!r}): a ratio must be in (0, 1]; for a size add a unit"
+                    f" (e.g. {text}GiB). Accepted: {accepted}"
+                )
+        elif text in ("0", "1"):
+            raise ValueError(
+                f"set_budget({value!r}) is ambiguous: write 1.0 for the whole device, or a size"
+                f" with a unit such as 12GiB. Accepted: {accepted}"
+            )
+        else:
+            try:
+                n = _sizes.parse_size(text)
+            except ValueError as e:
+                raise ValueError(f"set_budget({value!r}): {e}") from None
+            if n == 0:
+                raise ValueError(f"set_budget({value!r}): a budget must be > 0 bytes. Accepted: {accepted}")
+            return n
+    else:
+        raise TypeError(
+            f"set_budget({value!r}): expected int, float, str or None, not"
+            f" {type(value).__name__}. Accepted: {accepted}"
+        )
+    return int(ratio * _device_total_bytes())
+
+
+def _device_total_bytes() -> int:
+    """Total memory of the managed device (the simulated capacity for the CPU adapter)."""
+    if device_kind() == "cuda":
+        import torch
+
+        return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+    return _sizes.parse_size(config().get("sim_capacity", _keys.DEFAULTS["sim_capacity"]))
+
+
+def set_budget(value: int | float | str | None) -> None:
+    """Changes the budget of the installed allocator.
+
+    Args:
+        value: bytes (int > 0), a size string (``"12GiB"``, ``"512MB"``), a
+            ratio of the device's memory (``0.6`` or ``"0.6"``), or None /
+            ``"none"`` for no budget.
+
+    Raises:
+        ValueError: value is not a budget (the message lists accepted forms),
+            or the C++ side refuses it.
+        TypeError: value has another type.
+    """
+    _load_ext().set_budget(_budget_bytes(value))
+
+
+def get_budget() -> int | None:
+    """The current budget in bytes, or None when there is none."""
+    budget = _load_ext().budget()
+    return None if budget is None else int(budget)
+
+
+def empty_cache() -> None:
+    """Returns cached, unused memory to the device (as ``torch.cuda.empty_cache()``)."""
+    _load_ext().empty_cache()
+
+
+def reset_peak_stats() -> None:
+    """Resets the ``*.peak`` statistics to their current values."""
+    _load_ext().reset_peak_stats()
+
+
+def snapshot() -> list[dict[str, Any]]:
+    """The allocator's memory, one dict per segment with its blocks.
+
+    The fields follow the segments of ``torch.cuda.memory._snapshot()``; the
+    C++ side (``hooks/python_module.cpp``) defines them.
+    """
+    return list(_load_ext().snapshot())
+
+
+def device_kind() -> str:
+    """``"cuda"`` or ``"cpu"``: which adapter the installed allocator uses."""
+    return str(_load_ext().device_kind())

@@ -1,0 +1,152 @@
+"""Builds tensorpager's C++ extension with CMake; the metadata lives in pyproject.toml.
+
+    pip install --no-build-isolation .
+
+``--no-build-isolation`` is required: the extension is compiled against the
+torch already installed (an isolated build would fetch another torch, and the
+GPU machine has no network). What this file adds to setuptools:
+
+* ``build_ext`` configures the repository root with CMake
+  (``-DTP_WITH_TORCH=ON -DTP_BUILD_TESTS=OFF -DCMAKE_PREFIX_PATH=<torch>``),
+  builds the target ``_C`` and copies the module into the package;
+  ``-DTP_WITH_CUDA=ON`` when ``torch.version.cuda`` is set and nvcc is found,
+  unless the environment variable ``TP_WITH_CUDA=0/1`` decides. Ninja is used
+  when it is on PATH (and ``CMAKE_GENERATOR`` is unset). ``CMAKE_BUILD_TYPE``
+  (default Release) and ``CMAKE_ARGS`` (extra arguments, split on blanks) are
+  read from the environment.
+* ``build_py`` writes ``tensorpager.pth`` (one line,
+  ``import tensorpager._startup``) to the root of the wheel, which installs it
+  into site-packages: the start-up hook.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+PTH_NAME = "tensorpager.pth"
+PTH_LINE = "import tensorpager._startup\n"
+
+
+class CMakeExtension(Extension):
+    """An extension built by a CMake target of the repository root."""
+
+    def __init__(self, name: str, target: str) -> None:
+        super().__init__(name, sources=[])
+        self.target = target
+
+
+def _flag(name: str) -> bool | None:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return None
+    if value.strip().lower() in ("1", "on", "true", "yes"):
+        return True
+    if value.strip().lower() in ("0", "off", "false", "no"):
+        return False
+    raise SystemExit(f"setup.py: {name}={value!r}: expected 0 or 1")
+
+
+def _find_nvcc() -> str | None:
+    for candidate in (
+        os.environ.get("CUDACXX"),
+        shutil.which("nvcc"),
+        os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"),
+    ):
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+class cmake_build_ext(build_ext):
+    """build_ext for CMakeExtension: configure, build one target, copy the module."""
+
+    def build_extension(self, ext: Extension) -> None:
+        if not isinstance(ext, CMakeExtension):
+            super().build_extension(ext)
+            return
+        try:
+            import torch
+        except ImportError:
+            raise SystemExit(
+                "setup.py: torch is not importable. Install torch==2.11.0 first and build with "
+                "'pip install --no-build-isolation .' so the extension is compiled against it."
+            ) from None
+
+        build_dir = os.path.abspath(os.path.join(self.build_temp, "cmake"))
+        os.makedirs(build_dir, exist_ok=True)
+        nvcc = _find_nvcc()
+        with_cuda = _flag("TP_WITH_CUDA")
+        if with_cuda is None:
+            with_cuda = bool(torch.version.cuda) and nvcc is not None
+        args = [
+            "cmake",
+            "-S", ROOT,
+            "-B", build_dir,
+            "-DTP_WITH_TORCH=ON",
+            "-DTP_BUILD_TESTS=OFF",
+            f"-DTP_WITH_CUDA={'ON' if with_cuda else 'OFF'}",
+            f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
+            f"-DCMAKE_BUILD_TYPE={os.environ.get('CMAKE_BUILD_TYPE', 'Release')}",
+            f"-DPython3_EXECUTABLE={sys.executable}",
+            f"-DPython_EXECUTABLE={sys.executable}",
+        ]
+        if with_cuda and nvcc is not None:
+            args.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
+        cache = os.path.join(build_dir, "CMakeCache.txt")
+        if not os.environ.get("CMAKE_GENERATOR") and shutil.which("ninja") and not os.path.exists(cache):
+            args += ["-G", "Ninja"]
+        args += shlex.split(os.environ.get("CMAKE_ARGS", ""))
+        self.announce(" ".join(args), level=2)
+        subprocess.run(args, check=True)
+
+        jobs = self.parallel or os.cpu_count() or 1
+        build = ["cmake", "--build", build_dir, "--target", ext.target, "--parallel", str(jobs)]
+        self.announce(" ".join(build), level=2)
+        subprocess.run(build, check=True)
+
+        built = self._find_module(build_dir, ext)
+        dest = self.get_ext_fullpath(ext.name)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.copyfile(built, dest)
+        shutil.copymode(built, dest)
+
+    @staticmethod
+    def _find_module(build_dir: str, ext: CMakeExtension) -> str:
+        """The module file the target produced, preferring this interpreter's suffix."""
+        stem = ext.name.rsplit(".", 1)[-1]
+        suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+        for pattern in (stem + suffix, stem + ".so", stem + ".*.so", stem + ".pyd"):
+            found = sorted(glob.glob(os.path.join(build_dir, "**", pattern), recursive=True))
+            if found:
+                return found[0]
+        raise SystemExit(f"setup.py: target {ext.target} built, but no {stem}{suffix} under {build_dir}")
+
+
+class build_py_with_pth(build_py):
+    """build_py that also writes the start-up hook's .pth to the wheel's root."""
+
+    def run(self) -> None:
+        super().run()
+        path = os.path.join(self.build_lib, PTH_NAME)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(PTH_LINE)
+
+    def get_outputs(self, include_bytecode: bool = True) -> list[str]:
+        return [*super().get_outputs(include_bytecode), os.path.join(self.build_lib, PTH_NAME)]
+
+
+setup(
+    ext_modules=[CMakeExtension("tensorpager._C", target="_C")],
+    cmdclass={"build_ext": cmake_build_ext, "build_py": build_py_with_pth},
+)
