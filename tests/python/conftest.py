@@ -81,6 +81,7 @@ def run_python(
     code: str,
     *,
     env: dict[str, str] | None = None,
+    hook: bool = False,
     source_tree: bool = True,
     check: bool = True,
     cwd: str | os.PathLike[str] | None = None,
@@ -91,6 +92,8 @@ def run_python(
     Args:
         code: the program; dedented.
         env: the environment (default: clean_env()).
+        hook: run ``import tensorpager._startup`` first, as tensorpager.pth
+            does at interpreter start.
         source_tree: put python/ first on PYTHONPATH; False removes
             PYTHONPATH entirely (to test the pip-installed package).
         check: fail the test, showing stdout and stderr, on a non-zero exit.
@@ -106,7 +109,7 @@ def run_python(
         env.pop("PYTHONPATH", None)
         env.pop(_keys.ENV_EXT_DIR, None)
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", ("import tensorpager._startup\n" if hook else "") + textwrap.dedent(code)],
         env=env,
         cwd=str(cwd) if cwd is not None else os.path.abspath(os.sep),
         capture_output=True,
