@@ -31,6 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "install",
+    "uninstall",
     "is_installed",
     "config",
     "stats",
@@ -99,8 +100,25 @@ def install(conf: str | None = None, **options: Any) -> None:
         else:
             text = _conf.join_entries([*_conf.split_entries(text, bracket_aware=False), "device:cpu"])
             source = "auto: torch.cuda.is_available() is False and no device was configured"
-    ext.install(text)
+    # The C++ install() reads TENSORPAGER_CONF when given "", which would
+    # override an explicit install(""); "backend:tensorpager" is every default.
+    ext.install(text or "backend:tensorpager")
     _device_source = source
+
+
+def uninstall() -> None:
+    """Gives PyTorch back its own CPU allocator (``device:cpu`` only).
+
+    Tensors allocated meanwhile stay valid. Does nothing when tensorpager is
+    not installed.
+
+    Raises:
+        RuntimeError: the CUDA adapter is installed; PyTorch cannot switch CUDA
+            allocators while tensors live.
+    """
+    global _device_source
+    _load_ext().uninstall()
+    _device_source = None
 
 
 def is_installed() -> bool:
