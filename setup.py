@@ -8,7 +8,8 @@ GPU machine has no network). What this file adds to setuptools:
 
 * ``build_ext`` configures the repository root with CMake
   (``-DTP_WITH_TORCH=ON -DTP_BUILD_TESTS=OFF -DCMAKE_PREFIX_PATH=<torch>``),
-  builds the target ``_C`` and copies the module into the package;
+  builds the target ``_C`` into the package (``TP_PYTHON_MODULE_DIR``; if the
+  module lands elsewhere in the build tree it is found and copied);
   ``-DTP_WITH_CUDA=ON`` when ``torch.version.cuda`` is set and nvcc is found,
   unless the environment variable ``TP_WITH_CUDA=0/1`` decides. Ninja is used
   when it is on PATH (and ``CMAKE_GENERATOR`` is unset). ``CMAKE_BUILD_TYPE``
@@ -85,6 +86,10 @@ class cmake_build_ext(build_ext):
 
         build_dir = os.path.abspath(os.path.join(self.build_temp, "cmake"))
         os.makedirs(build_dir, exist_ok=True)
+        dest = os.path.abspath(self.get_ext_fullpath(ext.name))
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        if os.path.exists(dest):
+            os.remove(dest)  # so a stale copy is never taken for the fresh build
         nvcc = _find_nvcc()
         with_cuda = _flag("TP_WITH_CUDA")
         if with_cuda is None:
@@ -100,6 +105,8 @@ class cmake_build_ext(build_ext):
             f"-DCMAKE_BUILD_TYPE={os.environ.get('CMAKE_BUILD_TYPE', 'Release')}",
             f"-DPython3_EXECUTABLE={sys.executable}",
             f"-DPython_EXECUTABLE={sys.executable}",
+            # hooks/CMakeLists.txt writes the module there directly.
+            f"-DTP_PYTHON_MODULE_DIR={os.path.dirname(dest)}",
         ]
         if with_cuda and nvcc is not None:
             args.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
@@ -115,11 +122,10 @@ class cmake_build_ext(build_ext):
         self.announce(" ".join(build), level=2)
         subprocess.run(build, check=True)
 
-        built = self._find_module(build_dir, ext)
-        dest = self.get_ext_fullpath(ext.name)
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        shutil.copyfile(built, dest)
-        shutil.copymode(built, dest)
+        if not os.path.exists(dest):  # the module was put elsewhere: find and copy it
+            built = self._find_module(build_dir, ext)
+            shutil.copyfile(built, dest)
+            shutil.copymode(built, dest)
 
     @staticmethod
     def _find_module(build_dir: str, ext: CMakeExtension) -> str:

@@ -39,8 +39,8 @@ def _report() -> int:
         print(f"  {key}: {value}")
     print("statistics:")
     for key, value in sorted(tp.stats().items()):
-        shown = _sizes.format_bytes_human(value) if "bytes" in key or key.endswith("budget") else value
-        print(f"  {key}: {shown}")
+        human = ("bytes" in key or key.endswith("budget")) and value > 0
+        print(f"  {key}: {value}" + (f" ({_sizes.format_bytes_human(value)})" if human else ""))
     print(tp.memory_summary())
     return 0
 

@@ -83,36 +83,46 @@ def install_from_environment(environ: MutableMapping[str, str]) -> None:
 
 
 class _ImportWatcher:
-    """A one-shot ``sys.meta_path`` finder: runs a callback after a module executes.
+    """A ``sys.meta_path`` finder that runs a callback once a module has executed.
 
-    It finds nothing itself. On the first lookup of its module it takes itself
-    off ``sys.meta_path``, asks the finders after it for the spec, and wraps
-    that spec's loader so that the callback runs once the module's code has
-    finished. The loader object is kept (its ``exec_module`` is restored), so
-    ``module.__spec__.loader`` is the real one.
+    It finds nothing itself: for its module it asks the finders after it for
+    the spec and wraps that spec's loader so that the callback runs once the
+    module's code has finished. The loader object is kept (its
+    ``exec_module`` is restored), so ``module.__spec__.loader`` is the real
+    one. It leaves ``sys.meta_path`` when the callback runs, not on the first
+    lookup: libraries probe with ``importlib.util.find_spec("torch")`` long
+    before they import it.
     """
 
     def __init__(self, name: str, callback: Callable[[], None]) -> None:
         self._name = name
         self._callback = callback
+        self._fired = False
 
     def find_spec(self, fullname, path=None, target=None):  # noqa: ANN001, ANN201 (importlib's protocol)
-        if fullname != self._name:
+        if fullname != self._name or self._fired:
             return None
+        spec = None
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        if spec is not None and hasattr(spec.loader, "exec_module"):
+            _run_after_exec(spec.loader, self._fire)
+        return spec
+
+    def _fire(self) -> None:
+        if self._fired:
+            return
+        self._fired = True
         try:
             sys.meta_path.remove(self)
         except ValueError:
             pass
-        spec = None
-        for finder in list(sys.meta_path):
-            find = getattr(finder, "find_spec", None)
-            if find is not None:
-                spec = find(fullname, path, target)
-                if spec is not None:
-                    break
-        if spec is not None and hasattr(spec.loader, "exec_module"):
-            _run_after_exec(spec.loader, self._callback)
-        return spec
+        self._callback()
 
 
 def _run_after_exec(loader: object, callback: Callable[[], None]) -> None:

@@ -175,3 +175,21 @@ def test_import_watcher_keeps_torchs_real_loader() -> None:
         """
     )
     assert proc.stdout.split() == ["[0.3333333333333333]", "SourceFileLoader", "False", "False"]
+
+
+def test_import_watcher_survives_find_spec_probes() -> None:
+    proc = run_python(
+        """
+        import importlib.util, sys
+        from tensorpager import _import_hook
+        calls = []
+        assert "colorsys" not in sys.modules
+        _import_hook.watch_import("colorsys", lambda: calls.append("fired"))
+        assert importlib.util.find_spec("colorsys") is not None  # a probe, as transformers does
+        assert calls == []
+        import colorsys
+        import importlib; importlib.reload(colorsys)
+        print(calls)
+        """
+    )
+    assert proc.stdout.strip() == "['fired']"
