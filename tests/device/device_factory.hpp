@@ -3,6 +3,8 @@
 // device implementation (RMM's typed-suite habit). make() returns nullptr when
 // the device is not present here (no GPU); suites then skip with a message.
 
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <memory>
 #include <ostream>

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Installs what tensorpager needs to build and test, and only what is missing:
+# the GPU machine has no network, so nothing present is ever re-installed.
+#   Debian packages: a C++ toolchain, CMake, Ninja, fmt, GoogleTest, Google Benchmark.
+#   Python packages: torch==2.11.0 (only where torch is absent), numpy, pytest.
+# Usage: bash scripts/install_deps.sh [--no-python]
+set -euo pipefail
+
+PYTHON="${PYTHON:-python3}"
+want_python=1
+[[ "${1:-}" == "--no-python" ]] && want_python=0
+
+log() { echo "[deps] $*"; }
+
+as_root() {
+  if [[ "$(id -u)" == 0 ]]; then "$@"
+  elif command -v sudo >/dev/null; then sudo "$@"
+  else log "need root for: $*"; return 1; fi
+}
+
+# Debian package -> a file that proves it is installed (cheaper than apt).
+declare -A apt_probe=(
+  [g++]=/usr/bin/g++
+  [cmake]=/usr/bin/cmake
+  [ninja-build]=/usr/bin/ninja
+  [libfmt-dev]=/usr/include/fmt/format.h
+  [libgtest-dev]=/usr/include/gtest/gtest.h
+  [libgmock-dev]=/usr/include/gmock/gmock.h
+  [libbenchmark-dev]=/usr/include/benchmark/benchmark.h
+)
+
+missing=()
+for pkg in "${!apt_probe[@]}"; do
+  probe="${apt_probe[$pkg]}"
+  # A tool found elsewhere on PATH (the GPU machine's cmake, say) counts too.
+  if [[ -e "$probe" ]] || { [[ "$probe" == /usr/bin/* ]] && command -v "$(basename "$probe")" >/dev/null; }; then
+    continue
+  fi
+  missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}"
+else
+  log "Debian packages: all present"
+fi
+
+if ((want_python)); then
+  pip_install() { "$PYTHON" -m pip install -q --disable-pip-version-check "$@"; }
+  if "$PYTHON" -c "import torch" 2>/dev/null; then
+    log "torch: $("$PYTHON" -c 'import torch; print(torch.__version__)') present"
+  else
+    log "installing torch==2.11.0"
+    pip_install torch==2.11.0
+  fi
+  for mod in numpy pytest; do
+    if "$PYTHON" -c "import $mod" 2>/dev/null; then continue; fi
+    log "installing $mod"
+    pip_install "$mod"
+  done
+fi

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds everything, and runs every test:
+#   1. the full build (CUDA and torch parts where their toolkits are present),
+#      all ctest suites; tests labelled `gpu` skip themselves without a GPU;
+#   2. the allocator and device suites again under AddressSanitizer +
+#      UndefinedBehaviorSanitizer, and the threaded ones under ThreadSanitizer;
+#   3. the Python tests (pytest; `gpu`-marked ones skip without a GPU).
+# Environment: JOBS (parallel jobs), TP_SKIP_SANITIZERS=1 (skip step 2),
+# TP_FUZZ_OPS / TP_FUZZ_SEED (the randomised allocator test).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/build_env.sh
+
+bash scripts/install_deps.sh
+
+step() { echo; echo "=== $* ==="; }
+
+step "build ($TP_CMAKE_SUMMARY)"
+tp_configure build "${TP_CMAKE_ARGS[@]}" -DTP_BUILD_BENCH=ON
+cmake --build build -j "$JOBS"
+
+step "C++ tests"
+ctest --test-dir build --output-on-failure -j "$JOBS"
+
+if [[ "${TP_SKIP_SANITIZERS:-0}" != 1 ]]; then
+  sanitized_targets=(simulated_device_test caching_allocator_test budget_and_reclaim_test
+                     allocator_conformance_simulated_test caching_allocator_fuzz_test)
+  step "allocator and device tests under ASan + UBSan"
+  tp_configure build-asan -DTP_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  cmake --build build-asan -j "$JOBS" --target "${sanitized_targets[@]}"
+  ctest --test-dir build-asan --output-on-failure -j "$JOBS" -L "allocator|device|fuzz"
+
+  step "threaded tests under TSan"
+  tp_configure build-tsan -DTP_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  cmake --build build-tsan -j "$JOBS" --target "${sanitized_targets[@]}"
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    ctest --test-dir build-tsan --output-on-failure -j "$JOBS" -L "fuzz|tsan" \
+      -R "Fuzz|Threads|ManyThreads"
+fi
+
+if [[ -d tests/python ]]; then
+  step "Python tests"
+  PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" TENSORPAGER_EXT_DIR="$PWD/build/hooks" \
+    "$PYTHON" -m pytest tests/python -q -rs
+fi

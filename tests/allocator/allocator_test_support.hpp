@@ -1,0 +1,36 @@
+#pragma once
+// Shared fixture pieces for allocator tests: a simulated device on a manual
+// clock, and small helpers to read statistics.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "allocator/caching_allocator.hpp"
+#include "core/clock.hpp"
+#include "device/simulated_device.hpp"
+
+namespace tp::testing {
+
+inline constexpr std::size_t KiB = std::size_t{1} << 10;
+inline constexpr std::size_t MiB = std::size_t{1} << 20;
+inline constexpr std::size_t GiB = std::size_t{1} << 30;
+
+/// A simulated device with the given capacity, on a clock the test owns.
+struct simulated_rig {
+  explicit simulated_rig(std::size_t capacity = 1 * GiB)
+      : dev(make_options(capacity), clk) {}
+  static simulated_device::options make_options(std::size_t capacity) {
+    simulated_device::options o;
+    o.capacity_bytes = capacity;
+    return o;
+  }
+  manual_clock clk;
+  simulated_device dev;
+};
+
+inline std::int64_t allocated(const caching_allocator& a) { return a.stats().allocated_bytes.all().current; }
+inline std::int64_t reserved(const caching_allocator& a) { return a.stats().reserved_bytes.all().current; }
+
+}  // namespace tp::testing
