@@ -37,8 +37,10 @@ def _report() -> int:
     print("configuration:")
     for key, value in tp.config().items():
         print(f"  {key}: {value}")
-    print("statistics:")
+    print("statistics (current and peak; tp.stats() has every counter):")
     for key, value in sorted(tp.stats().items()):
+        if "_pool." in key or key.endswith((".allocated", ".freed")):
+            continue
         human = ("bytes" in key or key.endswith("budget")) and value > 0
         print(f"  {key}: {value}" + (f" ({_sizes.format_bytes_human(value)})" if human else ""))
     print(tp.memory_summary())

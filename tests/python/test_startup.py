@@ -82,16 +82,31 @@ def test_no_variables_means_no_install_and_no_extension_load() -> None:
 
 
 @requires_ext
-def test_config_error_raises_at_torch_import_naming_input_and_origin() -> None:
-    env = clean_env(PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager,budgit:1GiB")
-    proc = run_python("import torch\n", env=env, hook=True, check=False)
+@pytest.mark.parametrize(
+    ("var", "value", "fragments"),
+    [
+        ("PYTORCH_CUDA_ALLOC_CONF", "backend:tensorpager,budget:12 gigs,expandable_segments:True",
+         ["budget:12 gigs", "unknown unit 'gigs'", "KiB, MiB, GiB, TiB"]),
+        ("TENSORPAGER_CONF", "budgit:1GiB",
+         ["budgit", "backend", "budget", "host_budget", "policy", "sim_capacity"]),
+    ],
+)
+def test_config_error_raises_at_torch_import_naming_input_and_origin(
+    var: str, value: str, fragments: list[str]
+) -> None:
+    proc = run_python("import torch\n", env=clean_env(**{var: value}), hook=True, check=False)
     assert proc.returncode != 0
     assert "ValueError" in proc.stderr
-    assert "budgit" in proc.stderr
-    for key in ("backend", "budget", "host_budget", "policy", "sim_capacity"):
-        assert key in proc.stderr
-    assert "PYTORCH_CUDA_ALLOC_CONF" in proc.stderr
+    for fragment in fragments:
+        assert fragment in proc.stderr, (fragment, proc.stderr)
+    assert f"configuration came from {var}" in proc.stderr
     assert "TENSORPAGER_DISABLE=1" in proc.stderr
+
+
+def test_unknown_keys_in_pytorchs_variable_are_left_to_pytorch() -> None:
+    env = clean_env(PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager,budgit:1GiB")
+    proc = run_python("import os; print(os.environ['PYTORCH_CUDA_ALLOC_CONF'])", env=env, hook=True)
+    assert proc.stdout.strip() == "budgit:1GiB"  # PyTorch reports it at CUDA initialisation
 
 
 def test_config_error_does_not_break_programs_without_torch() -> None:
