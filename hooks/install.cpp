@@ -1,0 +1,145 @@
+// The C++ API of tensorpager.hpp: which adapter is installed, and the calls
+// that reach it. The installed state lives here, in one leaked registry (it
+// must outlive static destruction: tensors die after it).
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <string>
+
+#include "allocator/memory_summary.hpp"
+#include "core/errors.hpp"
+#include "hooks/config/config.hpp"
+#include "hooks/cpu_adapter.hpp"
+#include "hooks/tensorpager.hpp"
+#if TP_HOOKS_WITH_CUDA
+#include "hooks/cuda_adapter.hpp"
+#endif
+
+namespace tensorpager {
+namespace {
+
+using tp::hooks::allocator_control;
+
+struct registry {
+  std::mutex mutex;  // guards the members; adapters themselves are thread-safe
+  allocator_control* active = nullptr;
+  tp::hooks::cpu_adapter* cpu = nullptr;  // == active when the CPU adapter is installed
+  tp::config config;                      // valid while active != nullptr
+};
+
+registry& the_registry() {
+  static auto* r = new registry;  // intentionally leaked, see above
+  return *r;
+}
+
+/// The installed adapter; adapters are never destroyed, so the reference
+/// stays valid after the lock is released.
+allocator_control& installed() {
+  registry& r = the_registry();
+  std::lock_guard lock(r.mutex);
+  if (r.active == nullptr) {
+    throw tp::error("tensorpager is not installed: call tensorpager::install() (Python: tensorpager.install()) "
+                    "first, or set PYTORCH_CUDA_ALLOC_CONF=backend:tensorpager");
+  }
+  return *r.active;
+}
+
+std::string quoted(const std::string& text) { return text.empty() ? "'' (every default)" : "'" + text + "'"; }
+
+}  // namespace
+
+void install(const std::string& conf) {
+  std::string text = conf;
+  std::string source = "tensorpager::install()";
+  if (text.empty()) {
+    const char* env = std::getenv("TENSORPAGER_CONF");
+    text = env != nullptr ? env : "";
+    source = "TENSORPAGER_CONF";
+  }
+  const tp::config cfg = tp::parse_config(text, source);
+  if (cfg.backend != tp::backend_kind::tensorpager) return;  // PyTorch's allocator stays
+
+  registry& r = the_registry();
+  std::lock_guard lock(r.mutex);
+  if (r.active != nullptr) {
+    if (r.config == cfg) return;
+    throw tp::config_error("tensorpager is already installed with " + quoted(tp::to_string(r.config)) + "; " +
+                           source + " asks for " + quoted(tp::to_string(cfg)) +
+                           ". Change the budget with set_budget(), or (device:cpu) uninstall() first");
+  }
+  if (cfg.device == tp::device_kind::cpu) {
+    tp::hooks::cpu_adapter& adapter = tp::hooks::cpu_adapter::create(cfg);
+    adapter.install();
+    r.cpu = &adapter;
+    r.active = &adapter;
+  } else {
+#if TP_HOOKS_WITH_CUDA
+    tp::hooks::cuda_adapter& adapter = tp::hooks::cuda_adapter::create(cfg);
+    adapter.install();
+    r.active = &adapter;
+#else
+    throw tp::config_error(source + ": device:cuda needs tensorpager built with TP_WITH_CUDA=ON (and the CUDA "
+                           "toolkit); this build supports device:cpu only");
+#endif
+  }
+  r.config = cfg;
+}
+
+void uninstall() {
+  registry& r = the_registry();
+  std::lock_guard lock(r.mutex);
+  if (r.active == nullptr) return;
+  if (r.cpu == nullptr) {
+    throw tp::error("tensorpager: uninstall() supports device:cpu only; PyTorch cannot switch CUDA allocators "
+                    "while tensors live");
+  }
+  r.cpu->uninstall();
+  r.cpu = nullptr;
+  r.active = nullptr;
+  r.config = tp::config{};
+}
+
+bool is_installed() {
+  registry& r = the_registry();
+  std::lock_guard lock(r.mutex);
+  return r.active != nullptr;
+}
+
+std::string current_config() {
+  registry& r = the_registry();
+  std::lock_guard lock(r.mutex);
+  return r.active != nullptr ? tp::to_string(r.config) : std::string();
+}
+
+std::string device_kind() { return std::string(tp::to_string(installed().kind())); }
+
+std::map<std::string, std::int64_t> stats() { return tp::to_memory_stats(installed().memory_stats()); }
+
+std::string memory_summary() {
+  allocator_control& a = installed();
+  return tp::format_memory_summary(a.memory_stats(), "tensorpager [" + a.device_description() + "]");
+}
+
+void set_budget(std::optional<std::size_t> bytes) { installed().change_budget(bytes); }
+
+std::optional<std::size_t> budget() { return installed().budget_bytes(); }
+
+void empty_cache() { installed().release_cache(); }
+
+void reset_peak_stats() { installed().reset_peaks(); }
+
+std::vector<tp::segment_snapshot> snapshot() { return installed().segments(); }
+
+budget_scope::budget_scope(std::optional<std::size_t> bytes) : previous_(budget()) { set_budget(bytes); }
+
+budget_scope::~budget_scope() {
+  try {
+    set_budget(previous_);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tensorpager: budget_scope could not restore the previous budget: %s\n", e.what());
+  }
+}
+
+}  // namespace tensorpager

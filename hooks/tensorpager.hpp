@@ -1,0 +1,119 @@
+#pragma once
+// tensorpager for LibTorch programs: put tensorpager's allocator behind
+// PyTorch, read its statistics, change its budget. Link tp_hooks. This header
+// includes no torch header. The Python extension (tensorpager._C) is a thin
+// layer over these functions.
+//
+//   int main() {
+//     tensorpager::install("budget:12GiB");        // before the first CUDA tensor
+//     tensorpager::budget_scope scope(8ull << 30);  // a tighter budget for a while
+//     ...
+//     std::cout << tensorpager::memory_summary();
+//   }
+//
+// Thread-safety: every function may be called from any thread. install() and
+// uninstall() are serialised with each other; the others read whatever is
+// installed when they run.
+// Errors: tp::config_error for a malformed or conflicting configuration,
+// tp::invalid_argument for a request that cannot be met (nothing changes),
+// tp::error when tensorpager is not installed (see each function) or the
+// device fails. Inside torch ops an exhausted budget surfaces as
+// c10::OutOfMemoryError (Python: torch.OutOfMemoryError).
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "allocator/snapshot.hpp"
+
+namespace tensorpager {
+
+/// Installs tensorpager as PyTorch's allocator for the device the
+/// configuration names (key `device`: `cuda`, the default, or `cpu`, a
+/// simulated device of `sim_capacity` bytes behind torch's CPU allocator).
+/// `conf` uses the grammar of PYTORCH_CUDA_ALLOC_CONF (Note [Configuration
+/// grammar] in hooks/config/config.hpp); when it is empty the environment
+/// variable TENSORPAGER_CONF is read instead (unset: every default). A ratio
+/// budget ("0.6") is that share of the device's total memory.
+///
+/// With `backend` other than tensorpager it does nothing: PyTorch's allocator
+/// stays. Installing again with an equal configuration does nothing; with a
+/// different one it throws tp::config_error (uninstall() first, or change
+/// the budget with set_budget()).
+///
+/// CUDA: must run before PyTorch's own CUDA allocator holds memory (throws
+/// tp::config_error otherwise); a build without TP_WITH_CUDA throws
+/// tp::config_error for device:cuda. CPU: tensors allocated before install
+/// keep being freed by the allocator that made them.
+void install(const std::string& conf = "");
+
+/// Gives PyTorch back the CPU allocator install() replaced (device:cpu only);
+/// tensors allocated meanwhile stay valid and are freed by tensorpager when
+/// they die. Does nothing when nothing is installed. Throws tp::error for an
+/// installed CUDA adapter: PyTorch cannot switch CUDA allocators while
+/// tensors live.
+void uninstall();
+
+/// Whether install() has put tensorpager in place (and uninstall() has not
+/// removed it).
+bool is_installed();
+
+/// The installed configuration as text that install() accepts (non-default
+/// keys only, so "" for all defaults), or "" when nothing is installed.
+std::string current_config();
+
+/// "cpu" or "cuda": the device kind of the installed adapter. Throws
+/// tp::error when nothing is installed.
+std::string device_kind();
+
+/// The current device's statistics under torch.cuda.memory_stats()' key
+/// names ("allocated_bytes.all.current", ...), plus "tensorpager.*" keys.
+/// Throws tp::error when nothing is installed.
+std::map<std::string, std::int64_t> stats();
+
+/// A text table of the current device's memory, laid out like
+/// torch.cuda.memory_summary(). Throws tp::error when nothing is installed.
+std::string memory_summary();
+
+/// Sets the budget of every device to `bytes` (nullopt: no budget). Cached
+/// free memory is released as needed; throws tp::invalid_argument, keeping
+/// the old budget, when memory in use already exceeds `bytes`. Throws
+/// tp::error when nothing is installed.
+void set_budget(std::optional<std::size_t> bytes);
+
+/// The current device's budget in bytes, nullopt when there is none. Throws
+/// tp::error when nothing is installed.
+std::optional<std::size_t> budget();
+
+/// Returns every cached free segment to the device (torch.cuda.empty_cache()).
+/// Throws tp::error when nothing is installed.
+void empty_cache();
+
+/// Resets the current device's peak statistics to their current values.
+/// Throws tp::error when nothing is installed.
+void reset_peak_stats();
+
+/// The current device's segments and blocks, by address. Throws tp::error
+/// when nothing is installed.
+std::vector<tp::segment_snapshot> snapshot();
+
+/// Sets a budget for the lifetime of the object and restores the previous one
+/// when it ends (DESIGN.md, "How a user meets it"). Not copyable or movable.
+/// Restoring can fail only if memory in use then exceeds the old budget; the
+/// destructor reports that on stderr and keeps the scope's budget.
+class budget_scope {
+ public:
+  /// Throws what set_budget() throws; nothing changes then.
+  explicit budget_scope(std::optional<std::size_t> bytes);
+  ~budget_scope();
+  budget_scope(const budget_scope&) = delete;
+  budget_scope& operator=(const budget_scope&) = delete;
+
+ private:
+  std::optional<std::size_t> previous_;
+};
+
+}  // namespace tensorpager
