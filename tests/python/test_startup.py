@@ -155,6 +155,9 @@ def test_a_failing_hook_prints_one_line_and_the_interpreter_continues() -> None:
             raise RuntimeError("boom")
         broken.activate = activate
         sys.modules["tensorpager._import_hook"] = broken
+        import tensorpager
+        tensorpager._import_hook = broken
+        sys.modules.pop("tensorpager._startup", None)  # the .pth may have run it already
         import tensorpager._startup
         print("alive")
         """
