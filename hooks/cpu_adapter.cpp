@@ -95,7 +95,17 @@ void cpu_adapter::uninstall() {
 }
 
 c10::DataPtr cpu_adapter::allocate(std::size_t n) {
-  void* ptr = with_c10_errors([&] { return allocator_.allocate(n, default_stream); });
+  void* ptr = nullptr;
+  try {
+    ptr = with_c10_errors([&] { return allocator_.allocate(n, default_stream); });
+  } catch (const c10::OutOfMemoryError&) {
+    const allocator_stats s = allocator_.stats();
+    c10::reportOutOfMemoryToProfiler(static_cast<std::int64_t>(n),
+                                     static_cast<std::size_t>(s.allocated_bytes.all().current),
+                                     static_cast<std::size_t>(s.reserved_bytes.all().current),
+                                     c10::Device(c10::DeviceType::CPU));
+    throw;
+  }
   if (ptr != nullptr && c10::memoryProfilingEnabled()) {
     report_to_profiler(ptr, static_cast<std::int64_t>(allocator_.allocation_size(ptr)), allocator_.stats());
   }
