@@ -1,0 +1,142 @@
+// The c10 CUDA adapter under real CUDA tensors (label gpu). Installing it is
+// irreversible, so every test installs the same configuration (the second
+// install is a no-op) and restores the budget it changes. Skips where torch
+// sees no CUDA device; on a machine without one it checks that install refuses.
+
+#include <string>
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/Sleep.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+
+#include "core/errors.hpp"
+#include "device/cuda/cuda_device.hpp"
+#include "hooks/tensorpager.hpp"
+#include "hooks_test_support.hpp"
+
+namespace tp::hooks::testing {
+namespace {
+
+namespace cca = c10::cuda::CUDACachingAllocator;
+using c10::CachingAllocator::StatType;
+
+constexpr const char* conf = "device:cuda";
+
+TEST(CudaAdapterWithoutDevice, InstallRefusesWithAClearMessage) {
+  if (tp::cuda_device::device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  try {
+    tensorpager::install(conf);
+    FAIL() << "expected tp::config_error";
+  } catch (const tp::config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(tensorpager::is_installed());
+}
+
+class CudaAdapter : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+    tensorpager::install(conf);
+    tensorpager::set_budget(std::nullopt);
+    tensorpager::empty_cache();
+  }
+};
+
+TEST_F(CudaAdapter, IsPyTorchsCudaAllocator) {
+  EXPECT_EQ(cca::name(), "tensorpager");
+  EXPECT_EQ(tensorpager::device_kind(), "cuda");
+  EXPECT_EQ(c10::GetAllocator(c10::DeviceType::CUDA), cca::get());
+}
+
+TEST_F(CudaAdapter, EmptyOfKnownSizeShowsInBothStatistics) {
+  const std::int64_t base = allocated_bytes();
+  {
+    const at::Tensor t = at::empty({1024}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
+    EXPECT_EQ(allocated_bytes(), base + 4096);
+    const auto d = cca::getDeviceStats(t.device().index());
+    EXPECT_EQ(d.allocated_bytes[static_cast<std::size_t>(StatType::AGGREGATE)].current, base + 4096);
+  }
+  EXPECT_EQ(allocated_bytes(), base);
+}
+
+TEST_F(CudaAdapter, KernelsComputeOnItsMemory) {
+  const at::Tensor x = at::arange(0, 1 << 20, at::TensorOptions().dtype(at::kDouble).device(at::kCUDA));
+  const double n = 1 << 20;
+  EXPECT_EQ((x * 2).sum().item<double>(), n * (n - 1));
+}
+
+TEST_F(CudaAdapter, BudgetBelowOneTensorThrowsOutOfMemory) {
+  tensorpager::set_budget(std::size_t{64} << 20);
+  try {
+    const at::Tensor t = at::empty({100 << 20}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+    FAIL() << "expected c10::OutOfMemoryError";
+  } catch (const c10::OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("tried to allocate"), std::string::npos);
+  }
+  tensorpager::set_budget(std::nullopt);
+}
+
+TEST_F(CudaAdapter, SnapshotListsTheTensorsSegment) {
+  const at::Tensor t = at::empty({1024}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
+  const auto info = cca::snapshot();
+  const auto address = reinterpret_cast<std::size_t>(t.data_ptr());
+  bool found = false;
+  for (const auto& seg : info.segments) {
+    if (address >= seg.address && address < seg.address + seg.total_size) found = true;
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST_F(CudaAdapter, RecordStreamDelaysReuseUntilTheOtherStreamIsDone) {
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA);
+  at::Tensor t = at::empty({1 << 20}, opts);
+  const void* first = t.data_ptr();
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  {
+    const c10::cuda::CUDAStreamGuard guard(side);
+    at::cuda::sleep(std::int64_t{1} << 30);  // keeps `side` busy for a while
+  }
+  t.record_stream(side);
+  t = at::Tensor();
+  const at::Tensor u = at::empty({1 << 20}, opts);  // same size, same stream
+  EXPECT_NE(u.data_ptr(), first) << "reused memory that work on another stream may still use";
+  side.synchronize();
+}
+
+TEST_F(CudaAdapter, EmptyCacheReturnsFreeSegments) {
+  { const at::Tensor t = at::empty({8 << 20}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA)); }
+  EXPECT_GT(reserved_bytes(), 0);
+  cca::emptyCache();
+  EXPECT_EQ(reserved_bytes(), 0);
+}
+
+TEST_F(CudaAdapter, MemoryFractionSetsTheBudget) {
+  const c10::DeviceIndex device = 0;
+  cca::setMemoryFraction(0.5, device);
+  EXPECT_NEAR(cca::getMemoryFraction(device), 0.5, 1e-6);
+  ASSERT_TRUE(tensorpager::budget().has_value());
+  tensorpager::set_budget(std::nullopt);
+  EXPECT_EQ(cca::getMemoryFraction(device), 1.0);
+}
+
+TEST_F(CudaAdapter, UnsupportedFeaturesSaySoAndHowToLeave) {
+  try {
+    cca::beginAllocateToPool(0, {1, 0}, [](cudaStream_t) { return true; });
+    FAIL() << "expected c10::NotImplementedError";
+  } catch (const c10::NotImplementedError& e) {
+    const std::string msg = e.what_without_backtrace();
+    EXPECT_NE(msg.find("tensorpager does not support"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("unset backend:tensorpager"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(cca::shareIpcHandle(nullptr), c10::NotImplementedError);
+}
+
+TEST_F(CudaAdapter, UninstallIsRefused) { EXPECT_THROW(tensorpager::uninstall(), tp::error); }
+
+}  // namespace
+}  // namespace tp::hooks::testing
