@@ -83,8 +83,10 @@ def install(conf: str | None = None, **options: Any) -> None:
 
     Raises:
         ValueError: the configuration is invalid (unknown key, malformed size,
-            impossible budget); the message names the input and lists what is
-            accepted.
+            impossible budget), or tensorpager is already installed with a
+            different one (change the budget with set_budget() instead); the
+            message names the input and lists what is accepted. Installing
+            again with an equal configuration does nothing.
         TypeError: an option has a type with no text form.
         ImportError: the C++ extension is missing.
     """
