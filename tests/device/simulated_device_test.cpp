@@ -1,0 +1,521 @@
+// The conformance suite on the simulated device, and the behaviour only the
+// simulated device has: holds, the copy-cost model, strict argument checks.
+// See Note [Simulated stream model] in device/simulated_device.hpp.
+
+#include "device/simulated_device.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/clock.hpp"
+#include "core/errors.hpp"
+#include "tests/device/device_conformance.hpp"
+#include "tests/device/device_factory.hpp"
+
+namespace {
+
+constexpr std::size_t KiB = std::size_t{1} << 10;
+constexpr std::size_t MiB = std::size_t{1} << 20;
+constexpr std::int64_t second_ns = 1'000'000'000;
+
+tp::simulated_device::options conformance_options() {
+  tp::simulated_device::options o;
+  o.capacity_bytes = 1024 * MiB;
+  o.bandwidth_bytes_per_s = 16e9;
+  o.latency_ns = 5'000;
+  return o;
+}
+
+// The factories' clocks outlive every device (blocking waits jump the manual
+// one forward; the steady one really sleeps, so copies there are short).
+std::unique_ptr<tp::device> make_on_manual_clock() {
+  static tp::manual_clock clock;
+  return std::make_unique<tp::simulated_device>(conformance_options(), clock);
+}
+
+std::unique_ptr<tp::device> make_on_steady_clock() {
+  static tp::steady_clock clock;
+  tp::simulated_device::options o = conformance_options();
+  o.bandwidth_bytes_per_s = 200e9;
+  return std::make_unique<tp::simulated_device>(o, clock);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Simulated, DeviceConformance,
+    ::testing::Values(tp::testing::device_factory{"simulated", make_on_manual_clock},
+                      tp::testing::device_factory{"simulated_steady", make_on_steady_clock}),
+    tp::testing::device_factory_name);
+
+// Buffers of a simulated device are host memory, so these tests read and
+// write them directly.
+std::byte* alloc(tp::simulated_device& dev, std::size_t bytes, unsigned char fill) {
+  auto* p = static_cast<std::byte*>(dev.try_allocate(bytes));
+  if (p != nullptr) std::memset(p, fill, bytes);
+  return p;
+}
+
+std::byte* alloc_host(tp::simulated_device& dev, std::size_t bytes, unsigned char fill) {
+  auto* p = static_cast<std::byte*>(dev.try_allocate_host(bytes));
+  if (p != nullptr) std::memset(p, fill, bytes);
+  return p;
+}
+
+bool all_equal(const std::byte* p, std::size_t bytes, unsigned char value) {
+  for (std::size_t i = 0; i < bytes; ++i)
+    if (p[i] != static_cast<std::byte>(value)) return false;
+  return true;
+}
+
+void expect_invalid_argument_naming(const std::function<void()>& call, const std::string& needle) {
+  try {
+    call();
+    ADD_FAILURE() << "expected tp::invalid_argument naming " << needle;
+  } catch (const tp::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(SimulatedDevice, HeldStreamKeepsCopyInFlightUntilRelease) {
+  tp::manual_clock clock;
+  tp::simulated_device dev(clock);
+  std::byte* src = alloc_host(dev, 4 * KiB, 0xAB);
+  std::byte* dst = alloc(dev, 4 * KiB, 0x00);
+  const tp::stream_id s = dev.create_stream();
+  const tp::event_id e = dev.create_event();
+  dev.hold_stream(s);
+  dev.copy_async(dst, src, 4 * KiB, s);
+  EXPECT_EQ(dev.pending_ops(s), 1u);
+  dev.record_event(e, s);
+  clock.advance(second_ns);
+  dev.poll();
+  EXPECT_EQ(dev.pending_ops(s), 2u);
+  EXPECT_FALSE(dev.query_event(e));
+  EXPECT_TRUE(all_equal(dst, 4 * KiB, 0x00));
+
+  dev.release_stream(s);
+  EXPECT_EQ(dev.pending_ops(s), 0u);
+  EXPECT_TRUE(dev.query_event(e));
+  EXPECT_TRUE(all_equal(dst, 4 * KiB, 0xAB));
+}
+
+TEST(SimulatedDevice, CopyCompletesExactlyAtItsModelledFinishTime) {
+  tp::manual_clock clock;
+  tp::simulated_device::options o;
+  o.bandwidth_bytes_per_s = double(std::size_t{1} << 30);
+  o.latency_ns = 10'000;
+  tp::simulated_device dev(o, clock);
+  // 1 MiB at 1 GiB/s is 976562.5 ns, rounded up, plus 10 us of latency.
+  const std::int64_t copy_ns = 976'563 + 10'000;
+  std::byte* src = alloc_host(dev, MiB, 0x5A);
+  std::byte* dst = alloc(dev, MiB, 0x00);
+  const tp::stream_id s = dev.create_stream();
+  const tp::event_id e = dev.create_event();
+  dev.copy_async(dst, src, MiB, s);
+  dev.record_event(e, s);
+
+  clock.advance_to(copy_ns - 1);
+  EXPECT_FALSE(dev.query_event(e));
+  EXPECT_EQ(dev.pending_ops(s), 2u);
+  EXPECT_TRUE(all_equal(dst, MiB, 0x00));
+  clock.advance_to(copy_ns);
+  EXPECT_TRUE(dev.query_event(e));
+  EXPECT_TRUE(all_equal(dst, MiB, 0x5A));
+
+  // Queued work starts when the previous op finishes, or when enqueued if later;
+  // synchronize moves a manual clock to exactly the finish time.
+  dev.copy_async(src, dst, MiB, s);
+  dev.copy_async(dst, src, MiB, s);
+  dev.synchronize(s);
+  EXPECT_EQ(clock.now_ns(), 3 * copy_ns);
+  clock.advance_to(10 * second_ns);
+  dev.copy_async(dst, src, MiB, s);
+  dev.synchronize(s);
+  EXPECT_EQ(clock.now_ns(), 10 * second_ns + copy_ns);
+}
+
+TEST(SimulatedDevice, WorkStartsNoEarlierThanWhatItWaitsForOrItsRelease) {
+  tp::manual_clock clock;
+  tp::simulated_device::options o;
+  o.latency_ns = 1'000;  // every copy takes exactly 1 us
+  tp::simulated_device dev(o, clock);
+  std::byte* a = alloc(dev, KiB, 0x01);
+  std::byte* b = alloc(dev, KiB, 0x02);
+  const tp::stream_id s1 = dev.create_stream(), s2 = dev.create_stream();
+  const tp::event_id e = dev.create_event();
+  dev.copy_async(b, a, KiB, s1);
+  dev.record_event(e, s1);
+  dev.stream_wait_event(s2, e);
+  dev.copy_async(a, b, KiB, s2);  // starts when s1's copy finishes, at 1 us
+  dev.synchronize(s2);
+  EXPECT_EQ(clock.now_ns(), 2'000);
+
+  dev.hold_stream(s1);
+  dev.copy_async(b, a, KiB, s1);
+  clock.advance_to(5'000);
+  dev.release_stream(s1);  // the copy starts now, not when it was enqueued
+  EXPECT_EQ(dev.pending_ops(s1), 1u);
+  dev.synchronize(s1);
+  EXPECT_EQ(clock.now_ns(), 6'000);
+}
+
+TEST(SimulatedDevice, WaitOnAHeldStreamsEventBlocksTheWaitingStream) {
+  tp::manual_clock clock;
+  tp::simulated_device dev(clock);
+  std::byte* src = alloc_host(dev, 64 * KiB, 0x11);
+  std::byte* out = alloc_host(dev, 64 * KiB, 0x00);
+  std::byte* d = alloc(dev, 64 * KiB, 0x00);
+  const tp::stream_id s1 = dev.create_stream(), s2 = dev.create_stream();
+  const tp::event_id e1 = dev.create_event(), e2 = dev.create_event();
+  dev.hold_stream(s1);
+  dev.copy_async(d, src, 64 * KiB, s1);
+  dev.record_event(e1, s1);
+  dev.stream_wait_event(s2, e1);
+  dev.copy_async(out, d, 64 * KiB, s2);
+  dev.record_event(e2, s2);
+  clock.advance(second_ns);
+  EXPECT_EQ(dev.pending_ops(s2), 3u);
+  EXPECT_FALSE(dev.query_event(e2));
+  EXPECT_TRUE(all_equal(out, 64 * KiB, 0x00));
+
+  dev.release_stream(s1);
+  dev.synchronize(s2);
+  EXPECT_TRUE(dev.query_event(e2));
+  EXPECT_TRUE(all_equal(out, 64 * KiB, 0x11));
+}
+
+TEST(SimulatedDevice, WaitCapturesTheRecordCurrentAtCallTime) {
+  tp::manual_clock clock;
+  tp::simulated_device dev(clock);
+  const tp::stream_id s1 = dev.create_stream(), s2 = dev.create_stream(), s3 = dev.create_stream();
+  const tp::event_id e = dev.create_event();
+  dev.hold_stream(s1);
+  dev.record_event(e, s1);
+  dev.stream_wait_event(s3, e);
+  dev.record_event(e, s2);  // retires at once; the event now tracks it
+  EXPECT_TRUE(dev.query_event(e));
+  EXPECT_EQ(dev.pending_ops(s3), 1u);  // still waiting on the record on s1
+  dev.stream_wait_event(s2, e);        // on a retired record: nothing to wait for
+  EXPECT_EQ(dev.pending_ops(s2), 0u);
+  dev.release_stream(s1);
+  EXPECT_EQ(dev.pending_ops(s3), 0u);
+}
+
+TEST(SimulatedDevice, PlainAllocationsAndMappingsShareCapacity) {
+  tp::manual_clock clock;
+  tp::simulated_device::options o;
+  o.capacity_bytes = 8 * o.granularity;
+  tp::simulated_device dev(o, clock);
+  const std::size_t g = dev.granularity();
+  auto* base = static_cast<std::byte*>(dev.reserve(16 * g));
+  ASSERT_TRUE(dev.try_map(base, 6 * g));
+  EXPECT_EQ(dev.memory().free_bytes, 2 * g);
+  EXPECT_EQ(dev.memory().total_bytes, 8 * g);
+  EXPECT_EQ(dev.try_allocate(2 * g + 1), nullptr);
+  void* p = dev.try_allocate(g);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(dev.memory().free_bytes, g);
+  EXPECT_FALSE(dev.try_map(base + 6 * g, 2 * g));  // maps nothing
+  EXPECT_EQ(dev.memory().free_bytes, g);
+  std::memset(base + 2 * g, 0x77, g);
+  dev.unmap(base + 2 * g, 3 * g);
+  EXPECT_EQ(dev.memory().free_bytes, 4 * g);
+  ASSERT_TRUE(dev.try_map(base + 2 * g, 2 * g));
+  EXPECT_TRUE(all_equal(base + 2 * g, g, 0x00));  // re-mapped memory reads as zeros
+  EXPECT_EQ(dev.memory().free_bytes, 2 * g);
+  dev.deallocate(p, g);
+  dev.unmap(base, 4 * g);
+  dev.unmap(base + 5 * g, g);
+  EXPECT_EQ(dev.memory().free_bytes, 8 * g);
+  dev.release(base, 16 * g);
+}
+
+TEST(SimulatedDevice, HostAllocationsCountAgainstHostCapacity) {
+  tp::manual_clock clock;
+  tp::simulated_device::options o;
+  o.host_capacity_bytes = MiB;
+  tp::simulated_device dev(o, clock);
+  void* a = dev.try_allocate_host(600 * KiB);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(dev.try_allocate_host(600 * KiB), nullptr);
+  EXPECT_EQ(dev.memory().free_bytes, o.capacity_bytes);  // host memory is not device memory
+  dev.deallocate_host(a, 600 * KiB);
+  void* b = dev.try_allocate_host(MiB);
+  EXPECT_NE(b, nullptr);
+  dev.deallocate_host(b, MiB);
+}
+
+TEST(SimulatedDevice, UnknownStreamIdsThrowNamingTheId) {
+  tp::manual_clock clock;
+  tp::simulated_device dev(clock);
+  void* p = dev.try_allocate(KiB);
+  const tp::stream_id bad{4242};
+  const tp::event_id e = dev.create_event();
+  EXPECT_FALSE(dev.is_stream(bad));
+  expect_invalid_argument_naming([&] { dev.synchronize(bad); }, "4242");
+  expect_invalid_argument_naming([&] { dev.copy_async(p, p, KiB, bad); }, "4242");
+  expect_invalid_argument_naming([&] { dev.record_event(e, bad); }, "4242");
+  expect_invalid_argument_naming([&] { dev.stream_wait_event(bad, e); }, "4242");
+  expect_invalid_argument_naming([&] { dev.hold_stream(bad); }, "4242");
+  expect_invalid_argument_naming([&] { dev.release_stream(bad); }, "4242");
+  expect_invalid_argument_naming([&] { (void)dev.pending_ops(bad); }, "4242");
+  dev.deallocate(p, KiB);
+}
+
+TEST(SimulatedDevice, UnknownEventIdsThrowNamingTheId) {
+  tp::manual_clock clock;
+  tp::simulated_device dev(clock);
+  const tp::event_id bad{777};
+  expect_invalid_argument_naming([&] { (void)dev.query_event(bad); }, "777");
+  expect_invalid_argument_naming([&] { dev.record_event(bad, tp::default_stream); }, "777");
+  expect_invalid_argument_naming([&] { dev.synchronize_event(bad); }, "777");
+  expect_invalid_argument_naming([&] { dev.stream_wait_event(tp::default_stream, bad); }, "777");
+}
+
+TEST(SimulatedDevice, IdsAreNeverReusedSoStaleHandlesThrow) {
+  tp::manual_clock clock;
+  tp::simulated_device dev(clock);
+  const tp::stream_id s = dev.create_stream();
+  const tp::event_id e = dev.create_event();
+  dev.destroy_stream(s);
+  dev.destroy_event(e);
+  EXPECT_NE(dev.create_stream(), s);
+  EXPECT_NE(dev.create_event(), e);
+  EXPECT_FALSE(dev.is_stream(s));
+  EXPECT_THROW(dev.synchronize(s), tp::invalid_argument);
+  EXPECT_THROW((void)dev.query_event(e), tp::invalid_argument);
+  dev.destroy_stream(tp::default_stream);  // ignored
+  EXPECT_TRUE(dev.is_stream(tp::default_stream));
+}
+
+TEST(SimulatedDevice, DestroyedStreamDrainsBeforeItsIdDisappears) {
+  tp::manual_clock clock;
+  tp::simulated_device dev(clock);
+  std::byte* src = alloc_host(dev, KiB, 0x42);
+  std::byte* dst = alloc(dev, KiB, 0x00);
+  const tp::stream_id s = dev.create_stream();
+  const tp::event_id e = dev.create_event();
+  dev.hold_stream(s);
+  dev.copy_async(dst, src, KiB, s);
+  dev.record_event(e, s);
+  dev.destroy_stream(s);
+  EXPECT_FALSE(dev.is_stream(s));
+  EXPECT_THROW(dev.copy_async(dst, src, KiB, s), tp::invalid_argument);
+  EXPECT_EQ(dev.pending_ops(s), 2u);  // the hooks still see it
+  dev.release_stream(s);
+  EXPECT_TRUE(dev.query_event(e));
+  EXPECT_TRUE(all_equal(dst, KiB, 0x42));
+  EXPECT_THROW((void)dev.pending_ops(s), tp::invalid_argument);
+}
+
+TEST(SimulatedDevice, BadReserveArgumentsThrow) {
+  tp::manual_clock clock;
+  tp::simulated_device dev(clock);
+  const std::size_t g = dev.granularity();
+  EXPECT_THROW(dev.reserve(0), tp::invalid_argument);
+  EXPECT_THROW(dev.reserve(g + 1), tp::invalid_argument);
+  EXPECT_THROW(dev.reserve(g / 2), tp::invalid_argument);
+}
+
+TEST(SimulatedDevice, BadMapArgumentsThrowAndChangeNothing) {
+  tp::manual_clock clock;
+  tp::simulated_device dev(clock);
+  const std::size_t g = dev.granularity();
+  auto* base = static_cast<std::byte*>(dev.reserve(4 * g));
+  void* plain = dev.try_allocate(g);
+  ASSERT_TRUE(dev.try_map(base + g, g));
+  const std::size_t free_before = dev.memory().free_bytes;
+  EXPECT_THROW(dev.try_map(base, 0), tp::invalid_argument);
+  EXPECT_THROW(dev.try_map(base + 1, g), tp::invalid_argument);
+  EXPECT_THROW(dev.try_map(base, g + 4096), tp::invalid_argument);
+  EXPECT_THROW(dev.try_map(base + 3 * g, 2 * g), tp::invalid_argument);  // past the end
+  EXPECT_THROW(dev.try_map(plain, g), tp::invalid_argument);             // not reserved
+  EXPECT_THROW(dev.try_map(base, 2 * g), tp::invalid_argument);          // overlaps a mapping
+  EXPECT_EQ(dev.memory().free_bytes, free_before);
+  dev.unmap(base + g, g);
+  dev.release(base, 4 * g);
+  dev.deallocate(plain, g);
+}
+
+TEST(SimulatedDevice, CopiesPastAnAllocationOrIntoUnmappedMemoryThrow) {
+  tp::manual_clock clock;
+  tp::simulated_device dev(clock);
+  const std::size_t g = dev.granularity();
+  void* d = dev.try_allocate(KiB);
+  auto* base = static_cast<std::byte*>(dev.reserve(2 * g));
+  ASSERT_TRUE(dev.try_map(base, g));
+  EXPECT_THROW(dev.copy_async(d, d, KiB + 1, tp::default_stream), tp::invalid_argument);
+  EXPECT_THROW(dev.copy_async(base + g - 16, d, 32, tp::default_stream), tp::invalid_argument);
+  EXPECT_THROW(dev.copy_async(d, base + g, 16, tp::default_stream), tp::invalid_argument);
+  EXPECT_EQ(dev.pending_ops(tp::default_stream), 0u);
+  // Pageable host memory is accepted, as on CUDA.
+  std::vector<std::byte> pageable(KiB, std::byte{0x66});
+  dev.copy_async(base + g - 16, pageable.data(), 16, tp::default_stream);
+  dev.copy_async(d, base + g - 16, 16, tp::default_stream);
+  dev.synchronize(tp::default_stream);
+  EXPECT_TRUE(all_equal(static_cast<std::byte*>(d), 16, 0x66));
+  dev.unmap(base, g);
+  dev.release(base, 2 * g);
+  dev.deallocate(d, KiB);
+}
+
+TEST(SimulatedDevice, RejectsImpossibleOptions) {
+  tp::manual_clock clock;
+  tp::simulated_device::options o;
+  o.granularity = 3 * 4096;
+  EXPECT_THROW((void)tp::simulated_device(o, clock), tp::invalid_argument);
+  o = {};
+  o.latency_ns = -1;
+  EXPECT_THROW((void)tp::simulated_device(o, clock), tp::invalid_argument);
+  o = {};
+  o.bandwidth_bytes_per_s = -1.0;
+  EXPECT_THROW((void)tp::simulated_device(o, clock), tp::invalid_argument);
+}
+
+TEST(SimulatedDevice, FreeingMemoryWaitsForTheCopiesThatUseIt) {
+  tp::manual_clock clock;
+  tp::simulated_device::options o;
+  o.latency_ns = 1'000;
+  tp::simulated_device dev(o, clock);
+  std::byte* src = alloc_host(dev, KiB, 0x21);
+  std::byte* dst = alloc(dev, KiB, 0x00);
+  const tp::stream_id s = dev.create_stream();
+  dev.copy_async(dst, src, KiB, s);
+  dev.deallocate_host(src, KiB);  // as cudaFreeHost, waits for the copy
+  EXPECT_EQ(clock.now_ns(), 1'000);
+  EXPECT_EQ(dev.pending_ops(s), 0u);
+  EXPECT_TRUE(all_equal(dst, KiB, 0x21));
+  dev.deallocate(nullptr, 0);  // nothing, as cudaFree(nullptr)
+  dev.deallocate(dst, KiB);
+}
+
+TEST(SimulatedDeviceDeathTest, FreeingWithTheWrongSizeAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  tp::manual_clock clock;
+  tp::simulated_device dev(clock);
+  void* a = dev.try_allocate(KiB);
+  EXPECT_DEATH(dev.deallocate(a, KiB + 1), "allocated with 1024 bytes");
+  int local = 0;
+  EXPECT_DEATH(dev.deallocate_host(&local, sizeof local), "not allocated by this device");
+  dev.deallocate(a, KiB);
+}
+
+// --- multi-threaded: labelled "tsan" (see CMakeLists.txt) --------------------
+
+TEST(SimulatedDeviceThreads, SynchronizeBlocksUntilAnotherThreadReleasesTheStream) {
+  tp::manual_clock clock;
+  tp::simulated_device dev(clock);
+  std::byte* src = alloc_host(dev, KiB, 0x33);
+  std::byte* dst = alloc(dev, KiB, 0x00);
+  const tp::stream_id s1 = dev.create_stream(), s2 = dev.create_stream();
+  const tp::event_id e = dev.create_event();
+  dev.hold_stream(s1);
+  dev.copy_async(dst, src, KiB, s1);
+  dev.record_event(e, s1);
+  dev.stream_wait_event(s2, e);
+  std::atomic<bool> done{false};
+  std::thread waiter([&] {
+    dev.synchronize(s2);  // blocked through the wait on held s1
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(done.load());
+  dev.release_stream(s1);
+  waiter.join();
+  EXPECT_TRUE(done.load());
+  EXPECT_TRUE(all_equal(dst, KiB, 0x33));
+}
+
+TEST(SimulatedDeviceThreads, UnmapWaitsUntilAHeldCopyIsReleased) {
+  tp::manual_clock clock;
+  tp::simulated_device dev(clock);
+  const std::size_t g = dev.granularity();
+  auto* base = static_cast<std::byte*>(dev.reserve(g));
+  ASSERT_TRUE(dev.try_map(base, g));
+  std::memset(base, 0x44, KiB);
+  std::byte* out = alloc_host(dev, KiB, 0x00);
+  const tp::stream_id s = dev.create_stream();
+  dev.hold_stream(s);
+  dev.copy_async(out, base, KiB, s);
+  std::atomic<bool> unmapped{false};
+  std::thread freer([&] {
+    dev.unmap(base, g);
+    unmapped = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(unmapped.load());
+  dev.release_stream(s);
+  freer.join();
+  EXPECT_TRUE(all_equal(out, KiB, 0x44));
+  EXPECT_EQ(dev.memory().free_bytes, dev.memory().total_bytes);
+  dev.release(base, g);
+}
+
+namespace {
+
+// Four threads copy through their own stream, each waiting on a neighbour's
+// event, and check every byte after each round.
+void run_concurrent_copies(tp::clock& clock) {
+  tp::simulated_device::options o;
+  o.bandwidth_bytes_per_s = 20e9;
+  o.latency_ns = 2'000;
+  tp::simulated_device dev(o, clock);
+  constexpr int threads = 4;
+  constexpr std::size_t bytes = 64 * KiB;
+  std::vector<tp::event_id> events;
+  for (int t = 0; t < threads; ++t) events.push_back(dev.create_event());
+  std::vector<std::thread> workers;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      const tp::stream_id s = dev.create_stream();
+      std::byte* src = alloc_host(dev, bytes, 0);
+      std::byte* out = alloc_host(dev, bytes, 0);
+      std::byte* d = alloc(dev, bytes, 0);
+      for (int round = 0; round < 100; ++round) {
+        const auto value = static_cast<unsigned char>(t * 50 + round);
+        std::memset(src, value, bytes);
+        dev.copy_async(d, src, bytes, s);
+        dev.record_event(events[static_cast<std::size_t>(t)], s);
+        dev.stream_wait_event(s, events[static_cast<std::size_t>((t + 1) % threads)]);
+        dev.copy_async(out, d, bytes, s);
+        (void)dev.query_event(events[static_cast<std::size_t>((t + 2) % threads)]);
+        if (round % 2 == 0) {
+          dev.synchronize(s);
+        } else {
+          dev.record_event(events[static_cast<std::size_t>(t)], s);
+          dev.synchronize_event(events[static_cast<std::size_t>(t)]);
+        }
+        if (!all_equal(out, bytes, value)) ++failures;
+        (void)dev.memory();
+      }
+      dev.deallocate(d, bytes);
+      dev.deallocate_host(out, bytes);
+      dev.deallocate_host(src, bytes);
+      dev.destroy_stream(s);
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+}  // namespace
+
+TEST(SimulatedDeviceThreads, ConcurrentCopiesAndEventsOnAManualClock) {
+  tp::manual_clock clock;
+  run_concurrent_copies(clock);
+}
+
+TEST(SimulatedDeviceThreads, ConcurrentCopiesAndEventsOnASteadyClock) {
+  tp::steady_clock clock;
+  run_concurrent_copies(clock);
+}
