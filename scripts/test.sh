@@ -24,18 +24,19 @@ ctest --test-dir build --output-on-failure -j "$JOBS"
 
 if [[ "${TP_SKIP_SANITIZERS:-0}" != 1 ]]; then
   sanitized_targets=(simulated_device_test caching_allocator_test budget_and_reclaim_test
-                     allocator_conformance_simulated_test caching_allocator_fuzz_test)
+                     allocator_conformance_simulated_test caching_allocator_fuzz_test
+                     pinned_host_pool_test config_test)
   step "allocator and device tests under ASan + UBSan"
   tp_configure build-asan -DTP_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo
   cmake --build build-asan -j "$JOBS" --target "${sanitized_targets[@]}"
-  ctest --test-dir build-asan --output-on-failure -j "$JOBS" -L "allocator|device|fuzz"
+  ctest --test-dir build-asan --output-on-failure -j "$JOBS" -L "allocator|device|fuzz|config"
 
   step "threaded tests under TSan"
   tp_configure build-tsan -DTP_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo
   cmake --build build-tsan -j "$JOBS" --target "${sanitized_targets[@]}"
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-    ctest --test-dir build-tsan --output-on-failure -j "$JOBS" -L "fuzz|tsan" \
-      -R "Fuzz|Threads|ManyThreads"
+    ctest --test-dir build-tsan --output-on-failure -j "$JOBS" \
+      -R "Fuzz|Threads|Concurrent"
 fi
 
 if [[ -d tests/python ]]; then

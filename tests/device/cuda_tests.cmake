@@ -8,7 +8,4 @@ target_link_libraries(cuda_device_test PRIVATE
   GTest::gtest_main
   tp_warnings
 )
-gtest_discover_tests(cuda_device_test
-  PROPERTIES LABELS "gpu;device"
-  DISCOVERY_TIMEOUT 60
-)
+tp_discover_tests(cuda_device_test LABELS gpu device)
