@@ -8,6 +8,7 @@
 //   set_budget(bytes: int | None) -> None budget() -> int | None
 //   empty_cache() -> None                 reset_peak_stats() -> None
 //   snapshot() -> list[dict]              device_kind() -> str
+//   config_keys() -> list[dict]  (name, kind, accepted, default, description)
 //
 // Exceptions: tp::config_error and tp::invalid_argument -> ValueError;
 // tp::out_of_memory and c10::OutOfMemoryError -> torch.OutOfMemoryError;
@@ -29,6 +30,7 @@
 #include <pybind11/stl.h>
 
 #include "core/errors.hpp"
+#include "hooks/config/config.hpp"
 #include "hooks/tensorpager.hpp"
 
 namespace py = pybind11;
@@ -98,6 +100,20 @@ py::list snapshot_list() {
   return out;
 }
 
+py::list config_key_list() {
+  py::list out;
+  for (const tp::config_key_info& k : tp::config_keys()) {
+    py::dict d;
+    d["name"] = std::string(k.name);
+    d["kind"] = std::string(k.kind);
+    d["accepted"] = std::string(k.accepted);
+    d["default"] = std::string(k.default_value);
+    d["description"] = std::string(k.description);
+    out.append(std::move(d));
+  }
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -126,4 +142,6 @@ PYBIND11_MODULE(_C, m) {
         "Segments as dicts: address, total_size, allocated_size, active_size, requested_size, stream, "
         "segment_type ('small'/'large'), blocks [{address, size, requested_size, state}].");
   m.def("device_kind", &tensorpager::device_kind, "'cpu' or 'cuda': the installed adapter's device.");
+  m.def("config_keys", &config_key_list,
+        "Every configuration key, in documentation order: dicts of name, kind, accepted, default, description.");
 }
