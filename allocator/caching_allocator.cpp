@@ -72,6 +72,7 @@ void* caching_allocator::allocate(std::size_t bytes, stream_id stream) {
     reclaimed = r->reclaim(need, stream);
     lock.lock();
     stats_.reclaimed_bytes += i64(reclaimed);
+    notify(allocator_event_kind::reclaim, nullptr, need, reclaimed);
     wait_for_pending_events(lock);
     if (block* b = try_allocate_block(size, stream)) return hand_out(b, size, bytes);
     release_cached_segments();
@@ -107,6 +108,7 @@ void caching_allocator::deallocate(void* ptr) {
   stats_.requested_bytes.add(b->pool, -i64(b->requested));
   if (b->size >= max_split_size_) stats_.oversize_allocations.add(-1);
   b->requested = 0;
+  notify(allocator_event_kind::free_requested, b, b->size);
   if (b->stream_uses.empty()) {
     free_block(b);
   } else {
@@ -152,6 +154,7 @@ void caching_allocator::set_budget(std::optional<std::size_t> bytes) {
   }
   budget_ = bytes;
   stats_.budget = budget_ ? i64(*budget_) : -1;
+  notify(allocator_event_kind::budget_change, nullptr, budget_.value_or(0));
 }
 
 std::optional<std::size_t> caching_allocator::budget() const {
@@ -162,6 +165,11 @@ std::optional<std::size_t> caching_allocator::budget() const {
 void caching_allocator::set_reclaimer(reclaimer* r) {
   std::lock_guard lock(mutex_);
   reclaimer_ = r;
+}
+
+void caching_allocator::set_observer(allocator_observer* o) {
+  std::lock_guard lock(mutex_);
+  observer_ = o;
 }
 
 std::size_t caching_allocator::allocation_size(const void* ptr) const {
@@ -228,6 +236,7 @@ block* caching_allocator::allocate_segment(pool_kind pool, std::size_t size, str
   stats_.segment.add(pool, 1);
   stats_.reserved_bytes.add(pool, i64(seg_size));
   if (seg_size >= max_split_size_) stats_.oversize_segments.add(1);
+  notify(allocator_event_kind::segment_alloc, b, seg_size);
   return b;
 }
 
@@ -257,6 +266,7 @@ void* caching_allocator::hand_out(block* b, std::size_t size, std::size_t reques
   stats_.active.add(b->pool, 1);
   stats_.active_bytes.add(b->pool, i64(b->size));
   if (b->size >= max_split_size_) stats_.oversize_allocations.add(1);
+  notify(allocator_event_kind::alloc, b, b->size, requested);
   return b->ptr();
 }
 
@@ -264,6 +274,7 @@ void* caching_allocator::hand_out(block* b, std::size_t size, std::size_t reques
 void caching_allocator::free_block(block* b) {
   stats_.active.add(b->pool, -1);
   stats_.active_bytes.add(b->pool, -i64(b->size));
+  notify(allocator_event_kind::free_completed, b, b->size);
   if (b->prev != nullptr && b->prev->is_cached()) merge_into(b, b->prev);
   if (b->next != nullptr && b->next->is_cached()) merge_into(b, b->next);
   if (b->is_split()) {
@@ -364,6 +375,7 @@ std::size_t caching_allocator::release_cached_segments() {
       stats_.segment.add(b->pool, -1);
       stats_.reserved_bytes.add(b->pool, -i64(size));
       if (size >= max_split_size_) stats_.oversize_segments.add(-1);
+      notify(allocator_event_kind::segment_free, b, size);
       released += size;
       segments_.erase(seg_it);
       delete b;

@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "allocator/allocator_observer.hpp"
 #include "allocator/block.hpp"
 #include "allocator/memory_stats.hpp"
 #include "allocator/reclaimer.hpp"
@@ -90,6 +91,10 @@ class caching_allocator {
   /// Registers the reclaimer of Note [Reclaim] (nullptr: none). Not owned.
   void set_reclaimer(reclaimer* r);
 
+  /// Registers the observer of Note [Allocator events] (nullptr: none). Not
+  /// owned; unregister it before destroying it.
+  void set_observer(allocator_observer* o);
+
   /// The size of the block behind an allocated pointer, or 0 if unknown.
   std::size_t allocation_size(const void* ptr) const;
 
@@ -129,6 +134,10 @@ class caching_allocator {
                               bool larger_than_device);
   detail::block_pool& pool_of(pool_kind p) { return p == pool_kind::small ? small_blocks_ : large_blocks_; }
   event_id take_event();
+  void notify(allocator_event_kind kind, const detail::block* b, std::size_t bytes, std::size_t detail = 0) {
+    if (observer_ != nullptr) emit(kind, b, bytes, detail);
+  }
+  void emit(allocator_event_kind kind, const detail::block* b, std::size_t bytes, std::size_t detail);
 
   device& device_;
   const std::size_t max_split_size_;
@@ -137,6 +146,7 @@ class caching_allocator {
   mutable std::mutex mutex_;
   std::optional<std::size_t> budget_;
   reclaimer* reclaimer_ = nullptr;
+  allocator_observer* observer_ = nullptr;
   detail::block_pool small_blocks_;
   detail::block_pool large_blocks_;
   std::unordered_map<std::uintptr_t, detail::block*> allocated_;

@@ -34,7 +34,47 @@ void caching_allocator::throw_oom(std::size_t bytes, stream_id stream, std::size
   f.reclaimed = reclaimed;
   if (reclaimer_ != nullptr) f.reclaimer_account = reclaimer_->describe();
   f.larger_than_device = larger_than_device;
+  if (observer_ != nullptr) {
+    allocator_event e;
+    e.kind = allocator_event_kind::oom;
+    e.stream = stream;
+    e.bytes = bytes;
+    e.allocated_bytes = stats_.allocated_bytes.all().current;
+    e.reserved_bytes = stats_.reserved_bytes.all().current;
+    e.active_bytes = stats_.active_bytes.all().current;
+    observer_->on_event(e);
+  }
   throw out_of_memory(format_oom_message(f));
+}
+
+void caching_allocator::emit(allocator_event_kind kind, const block* b, std::size_t bytes, std::size_t detail) {
+  allocator_event e;
+  e.kind = kind;
+  if (b != nullptr) {
+    e.pool = b->pool;
+    e.stream = b->stream;
+    e.address = b->address;
+  }
+  e.bytes = bytes;
+  e.detail = detail;
+  e.allocated_bytes = stats_.allocated_bytes.all().current;
+  e.reserved_bytes = stats_.reserved_bytes.all().current;
+  e.active_bytes = stats_.active_bytes.all().current;
+  observer_->on_event(e);
+}
+
+const char* to_string(allocator_event_kind k) {
+  switch (k) {
+    case allocator_event_kind::alloc: return "alloc";
+    case allocator_event_kind::free_requested: return "free_requested";
+    case allocator_event_kind::free_completed: return "free_completed";
+    case allocator_event_kind::segment_alloc: return "segment_alloc";
+    case allocator_event_kind::segment_free: return "segment_free";
+    case allocator_event_kind::oom: return "oom";
+    case allocator_event_kind::budget_change: return "budget_change";
+    case allocator_event_kind::reclaim: return "reclaim";
+  }
+  return "unknown";
 }
 
 // --- inspection ------------------------------------------------------------
