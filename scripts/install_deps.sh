@@ -2,7 +2,7 @@
 # Installs what tensorpager needs to build and test, and only what is missing:
 # the GPU machine has no network, so nothing present is ever re-installed.
 #   Debian packages: a C++ toolchain, CMake, Ninja, fmt, GoogleTest, Google Benchmark.
-#   Python packages: torch==2.11.0 (only where torch is absent), numpy, pytest.
+#   Python packages: torch==2.11.0 (only where torch is absent), numpy, pytest, wheel.
 # Usage: bash scripts/install_deps.sh [--no-python]
 set -euo pipefail
 
@@ -47,14 +47,14 @@ else
 fi
 
 if ((want_python)); then
-  pip_install() { "$PYTHON" -m pip install -q --disable-pip-version-check "$@"; }
+  pip_install() { "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore "$@"; }
   if "$PYTHON" -c "import torch" 2>/dev/null; then
     log "torch: $("$PYTHON" -c 'import torch; print(torch.__version__)') present"
   else
     log "installing torch==2.11.0"
     pip_install torch==2.11.0
   fi
-  for mod in numpy pytest; do
+  for mod in numpy pytest wheel; do
     if "$PYTHON" -c "import $mod" 2>/dev/null; then continue; fi
     log "installing $mod"
     pip_install "$mod"
