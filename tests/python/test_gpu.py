@@ -43,7 +43,7 @@ def test_memory_stats_agree_with_torch_cuda() -> None:
             x = torch.empty(n, dtype=torch.uint8, device="cuda")
             s = torch.cuda.memory_stats()
             rows.append([n, s[key] - base, tp.stats()[key] - base,
-                         torch.cuda.memory_allocated() - base, s["tensorpager.budget"]])
+                         torch.cuda.memory_allocated() - base, tp.stats()["tensorpager.budget"]])
             del x
             rows.append([n, torch.cuda.memory_stats()[key] - base, tp.stats()[key] - base,
                          torch.cuda.memory_allocated() - base, 0])
