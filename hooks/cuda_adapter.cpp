@@ -109,7 +109,7 @@ caching_allocator& cuda_adapter::allocator_for(c10::DeviceIndex device) {
   if (budget_override_) {
     opts.budget = *budget_override_;
   } else if (config_.budget) {
-    opts.budget = config_.budget->resolve(state->total_bytes);
+    opts.budget = config_.budget->resolve_for_device(state->total_bytes, "CUDA device " + std::to_string(i));
   }
   if (config_.max_split_size) opts.max_split_size = *config_.max_split_size;
   state->allocator = std::make_unique<caching_allocator>(*state->device, opts);

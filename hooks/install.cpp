@@ -46,6 +46,22 @@ allocator_control& installed() {
   return *r.active;
 }
 
+/// Says once per process which settings are accepted but not acted on yet, so
+/// that a user who sets them is not misled by silence.
+void warn_inert_settings(const tp::config& cfg) {
+  static std::once_flag once;
+  const auto inert = tp::inert_settings(cfg);
+  if (inert.empty()) return;
+  std::call_once(once, [&] {
+    std::string names;
+    for (const auto& n : inert) names += (names.empty() ? "" : ", ") + std::string(n);
+    std::fprintf(stderr,
+                 "tensorpager: %s accepted but not used yet: this version has the allocator and its budget, "
+                 "not the runtime that evicts, swaps and recomputes (see README, 'Configuration')\n",
+                 names.c_str());
+  });
+}
+
 std::string quoted(const std::string& text) { return text.empty() ? "'' (every default)" : "'" + text + "'"; }
 
 }  // namespace
@@ -69,6 +85,10 @@ void install(const std::string& conf) {
                            source + " asks for " + quoted(tp::to_string(cfg)) +
                            ". Change the budget with set_budget(), or (device:cpu) uninstall() first");
   }
+  if (cfg.device == tp::device_kind::cpu && cfg.budget) {
+    (void)cfg.budget->resolve_for_device(cfg.sim_capacity, "the simulated device behind the cpu adapter");
+  }
+  warn_inert_settings(cfg);
   if (cfg.device == tp::device_kind::cpu) {
     tp::hooks::cpu_adapter& adapter = tp::hooks::cpu_adapter::create(cfg);
     adapter.install();

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.hpp"
+#include "core/format_bytes.hpp"
 #include "hooks/config/parse_bytes.hpp"
 
 namespace tp {
@@ -23,7 +24,7 @@ constexpr std::array<config_key_info, 10> key_table = {{
     {"budget", "size or ratio",
      "a size > 0, a ratio of the device's total memory in (0, 1] written with a decimal point "
      "and no unit (0.6, 1.0), or none",
-     "none", "Cap on device memory; above it tensors are evicted (swapped or recomputed)."},
+     "none", "Cap on device memory reserved by tensorpager; beyond it the cache is freed and an allocation that still does not fit raises out-of-memory."},
     {"host_budget", "size", "a size > 0, or none", "none",
      "Cap on the pinned host pool that holds swapped-out tensors; none means what the OS allows."},
     {"host_fallback", "choice", "error, pageable", "error",
@@ -245,6 +246,33 @@ std::size_t memory_budget::resolve(std::size_t total_bytes) const noexcept {
   if (!(scaled > 0)) return 0;
   if (scaled >= static_cast<double>(total_bytes)) return total_bytes;
   return static_cast<std::size_t>(scaled);
+}
+
+std::size_t memory_budget::resolve_for_device(std::size_t total_bytes, std::string_view device_name) const {
+  const std::size_t bytes = resolve(total_bytes);
+  const std::string shown = is_ratio() ? fmt::format("{} ({})", format_ratio_exact(std::get<double>(value)),
+                                                     format_bytes(bytes))
+                                       : format_bytes(bytes);
+  if (bytes > total_bytes) {
+    throw config_error(fmt::format("tensorpager: budget {} is more than the {} of {}; choose at most {} "
+                                   "(or a ratio such as 0.9)",
+                                   shown, format_bytes(total_bytes), device_name, format_bytes(total_bytes)));
+  }
+  if (bytes == 0) {
+    throw config_error(fmt::format("tensorpager: budget {} is 0 bytes on {} ({}); choose a larger ratio or a size",
+                                   shown, device_name, format_bytes(total_bytes)));
+  }
+  return bytes;
+}
+
+std::vector<std::string_view> inert_settings(const config& cfg) {
+  const config defaults;
+  std::vector<std::string_view> out;
+  if (cfg.policy != defaults.policy) out.push_back("policy");
+  if (cfg.host_budget != defaults.host_budget) out.push_back("host_budget");
+  if (cfg.host_fallback != defaults.host_fallback) out.push_back("host_fallback");
+  if (cfg.record_trace != defaults.record_trace) out.push_back("record_trace");
+  return out;
 }
 
 std::span<const config_key_info> config_keys() noexcept { return key_table; }

@@ -34,6 +34,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 namespace tp {
 
@@ -62,6 +63,10 @@ struct memory_budget {
   /// The budget in bytes on a device with total_bytes of memory; a ratio is
   /// rounded down. Pure.
   std::size_t resolve(std::size_t total_bytes) const noexcept;
+  /// resolve(), refusing what cannot work on that device: more bytes than it
+  /// has, or a ratio that rounds to 0 bytes. Throws tp::config_error naming
+  /// the budget, the device and its memory.
+  std::size_t resolve_for_device(std::size_t total_bytes, std::string_view device_name) const;
 
   friend bool operator==(const memory_budget&, const memory_budget&) = default;
 };
@@ -82,6 +87,10 @@ struct config {
 
   friend bool operator==(const config&, const config&) = default;
 };
+
+/// The keys set to a non-default value that this version accepts but does
+/// not act on yet (the runtime that uses them has not landed), by name.
+std::vector<std::string_view> inert_settings(const config& cfg);
 
 /// The smallest max_split_size accepted, as PyTorch's max_split_size_mb (its
 /// large-block threshold, 20 MiB).

@@ -342,3 +342,28 @@ TEST(ConfigFuzz, RandomTextThrowsOnlyConfigError) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Budget, ResolvesForADeviceAndRefusesWhatCannotWork) {
+  constexpr std::size_t gib = std::size_t{1} << 30;
+  const tp::config ok = tp::parse_config("budget:0.5", "test");
+  EXPECT_EQ(ok.budget->resolve_for_device(8 * gib, "gpu0"), 4 * gib);
+  const tp::config too_big = tp::parse_config("budget:12GiB", "test");
+  try {
+    (void)too_big.budget->resolve_for_device(8 * gib, "gpu0");
+    FAIL() << "expected config_error";
+  } catch (const tp::config_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("12.00 GiB is more than the 8.00 GiB of gpu0"));
+  }
+  const tp::config tiny_ratio = tp::parse_config("budget:0.0000000001", "test");
+  EXPECT_THROW((void)tiny_ratio.budget->resolve_for_device(1024, "gpu0"), tp::config_error);
+}
+
+TEST(Config, NamesSettingsThatAreAcceptedButNotActedOnYet) {
+  EXPECT_TRUE(tp::inert_settings(tp::parse_config("budget:1GiB,max_split_size:64MiB", "test")).empty());
+  const auto inert = tp::inert_settings(tp::parse_config("policy:dtr,host_budget:1GiB,record_trace:t.json", "test"));
+  EXPECT_EQ(inert, (std::vector<std::string_view>{"policy", "host_budget", "record_trace"}));
+}
+
+}  // namespace
