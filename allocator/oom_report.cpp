@@ -7,8 +7,8 @@
 namespace tp {
 
 std::string format_oom_message(const oom_figures& f) {
-  std::string msg = fmt::format("tensorpager: out of memory: tried to allocate {} on stream {:#x} of {}.",
-                                format_bytes(f.requested), to_underlying(f.stream), f.device_name);
+  std::string msg = fmt::format("tensorpager: out of memory: tried to allocate {} (device '{}', stream {:#x}).",
+                                format_bytes(f.requested), f.device_name, to_underlying(f.stream));
   if (f.larger_than_device) {
     msg += fmt::format(" The request is larger than the device's total memory ({}).",
                        format_bytes(f.device.total_bytes));
@@ -27,8 +27,7 @@ std::string format_oom_message(const oom_figures& f) {
   msg += f.reclaimer_account.empty() ? "." : fmt::format(" ({}).", f.reclaimer_account);
   const bool budget_bound = f.budget && f.reserved + f.requested > *f.budget;
   if (budget_bound) {
-    msg += " Hint: raise the budget (key 'budget'), reduce the batch size, or let tensorpager evict "
-           "activations inside tp.budget(...).";
+    msg += " Hint: raise the budget (key 'budget') or reduce the batch size.";
   } else if (cached >= f.requested) {
     msg += " Hint: the free memory is fragmented; a smaller 'max_split_size' may help.";
   } else {

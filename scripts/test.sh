@@ -4,7 +4,8 @@
 #      all ctest suites; tests labelled `gpu` skip themselves without a GPU;
 #   2. the allocator and device suites again under AddressSanitizer +
 #      UndefinedBehaviorSanitizer, and the threaded ones under ThreadSanitizer;
-#   3. the Python tests (pytest; `gpu`-marked ones skip without a GPU).
+#   3. the package pip-installed into build/venv (which sees the system's
+#      torch), then the Python tests (pytest; `gpu`-marked ones skip without a GPU).
 # Environment: JOBS (parallel jobs), TP_SKIP_SANITIZERS=1 (skip step 2),
 # TP_FUZZ_OPS / TP_FUZZ_SEED (the randomised allocator test).
 set -euo pipefail
@@ -40,7 +41,11 @@ if [[ "${TP_SKIP_SANITIZERS:-0}" != 1 ]]; then
 fi
 
 if [[ -d tests/python ]]; then
+  step "Python package installed into build/venv (the real pip install and start-up hook)"
+  [[ -x build/venv/bin/python ]] || "$PYTHON" -m venv --system-site-packages build/venv
+  build/venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps .
+
   step "Python tests"
   PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" TENSORPAGER_EXT_DIR="$PWD/build/hooks" \
-    "$PYTHON" -m pytest tests/python -q -rs
+    build/venv/bin/python -m pytest tests/python -q -rs
 fi
