@@ -137,7 +137,8 @@ class caching_allocator {
   void notify(allocator_event_kind kind, const detail::block* b, std::size_t bytes, std::size_t detail = 0) {
     if (observer_ != nullptr) emit(kind, b, bytes, detail);
   }
-  void emit(allocator_event_kind kind, const detail::block* b, std::size_t bytes, std::size_t detail);
+  void emit(allocator_event_kind kind, const detail::block* b, std::size_t bytes, std::size_t detail,
+            stream_id stream = default_stream);
 
   device& device_;
   const std::size_t max_split_size_;
