@@ -1,0 +1,127 @@
+#pragma once
+// The policy interface: which resident tensor leaves the device next, and how
+// (swap or drop). One file per strategy (lru_policy, dtr_policy,
+// capuchin_policy, hybrid_policy).
+//
+// Note [Cheap victim choice]
+// choose() sees the candidates through candidate_set (O(1) random access and
+// LRU order), never a list of every tracked tensor: LRU reads the front of the
+// list, DTR and Capuchin score a random sample of k candidates, hybrid looks
+// up a plan made once per step. DTR's prototype spent more on bookkeeping than
+// on recomputation; the runtime measures choose() (stats.policy_ns).
+//
+// Note [Adjacent victims]
+// Freeing neighbouring blocks frees a contiguous range, which the caching
+// allocator can merge and reuse for a larger request (Coop). Policies that
+// score samples break ties (scores within adjacency_tolerance) in favour of a
+// candidate whose block touches the previous victim's block.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+
+#include "runtime/access_recorder.hpp"
+#include "runtime/candidate_set.hpp"
+#include "runtime/managed_tensor.hpp"
+
+namespace tp {
+
+enum class policy_kind : unsigned char { lru, dtr, capuchin, hybrid };
+
+const char* to_string(policy_kind k);
+/// Parses "lru", "dtr", "capuchin", "hybrid"; throws tp::config_error naming
+/// the input and the accepted values.
+policy_kind parse_policy_kind(const std::string& name);
+
+/// What a policy may read when choosing. All references outlive the call.
+struct policy_context {
+  const candidate_set& candidates;
+  std::int64_t now_ns = 0;
+  /// Bytes still to free in this reclaim.
+  std::size_t bytes_needed = 0;
+  /// The recorded previous step (nullptr before the first boundary) and the
+  /// current step's time, for next-use lookups (Note [Step matching]).
+  const step_record* previous = nullptr;
+  std::int64_t step_time_ns = 0;
+  bandwidth_model bandwidth{};
+  std::mt19937_64& rng;
+  /// [begin, end) of the previous victim's block in this reclaim, or 0s.
+  std::uintptr_t last_victim_begin = 0;
+  std::uintptr_t last_victim_end = 0;
+};
+
+struct eviction_choice {
+  managed_tensor* victim = nullptr;
+  eviction_action action = eviction_action::swap;
+};
+
+/// Inputs to a once-per-step plan.
+struct planning_inputs {
+  /// The device budget, if any.
+  std::optional<std::size_t> budget_bytes;
+  /// Bytes the runtime does not manage (weights, gradients, workspace), as
+  /// observed at the recorded step's peak.
+  std::size_t unmanaged_bytes = 0;
+  bandwidth_model bandwidth{};
+};
+
+/// Thread-safety: none; called with the runtime's lock held.
+class eviction_policy {
+ public:
+  virtual ~eviction_policy() = default;
+  virtual policy_kind kind() const = 0;
+  /// The next victim and its action, or nullopt when candidates is empty.
+  /// A drop is only chosen for a recomputable tensor.
+  virtual std::optional<eviction_choice> choose(const policy_context& ctx) = 0;
+  /// Called at each step boundary with the step just recorded.
+  virtual void plan_step(const step_record& /*recorded*/, const planning_inputs& /*in*/) {}
+};
+
+/// Builds the policy of that kind. sample_size is k for the sampling policies.
+std::unique_ptr<eviction_policy> make_policy(policy_kind kind, std::size_t sample_size = 32);
+
+namespace detail {
+
+/// True when t's block touches [begin, end) (Note [Adjacent victims]).
+bool adjacent_to(const managed_tensor& t, std::uintptr_t begin, std::uintptr_t end);
+
+/// Draws up to k distinct-ish candidates (with replacement when k >= size,
+/// every candidate exactly once) and returns the one with the lowest score;
+/// ties within `tolerance` (relative) prefer an adjacent block.
+template <class Score>
+managed_tensor* sample_min(const policy_context& ctx, std::size_t k, Score score) {
+  const candidate_set& c = ctx.candidates;
+  if (c.empty()) return nullptr;
+  constexpr double tolerance = 1e-9;
+  managed_tensor* best = nullptr;
+  double best_score = 0;
+  bool best_adjacent = false;
+  auto consider = [&](managed_tensor& t) {
+    const double s = score(t);
+    const bool adj = adjacent_to(t, ctx.last_victim_begin, ctx.last_victim_end);
+    if (best == nullptr) {
+      best = &t, best_score = s, best_adjacent = adj;
+      return;
+    }
+    const double scale = std::max(std::abs(s), std::abs(best_score));
+    const bool tie = std::abs(s - best_score) <= tolerance * scale;
+    if ((!tie && s < best_score) || (tie && adj && !best_adjacent)) {
+      best = &t, best_score = s, best_adjacent = adj;
+    }
+  };
+  if (c.size() <= k) {
+    for (std::size_t i = 0; i < c.size(); ++i) consider(c.at(i));
+  } else {
+    std::uniform_int_distribution<std::size_t> pick(0, c.size() - 1);
+    for (std::size_t i = 0; i < k; ++i) consider(c.at(pick(ctx.rng)));
+  }
+  return best;
+}
+
+}  // namespace detail
+}  // namespace tp

@@ -1,0 +1,98 @@
+#pragma once
+// What the runtime tracks about one tensor, and the interface through which it
+// touches the tensor's device storage (storage_binding, implemented by the
+// torch glue in hooks/ and by fakes in tests).
+//
+// Note [Tensor states]
+//   resident    --offload-->  offloading  --copy event done, release_device-->  on_host
+//   offloading  --needed again-->  resident   (the device copy was never released)
+//   on_host     --prefetch-->  prefetching --compute stream waits on event-->  resident
+//   resident    --drop (release_device)-->  dropped  --recompute()-->  resident
+// The runtime frees device memory only through storage_binding::release_device,
+// and only when no copy still reads it (Note [Offload ordering] in
+// transfer_engine.hpp). Host blocks are freed only once the copy that reads or
+// writes them has completed.
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+
+#include "allocator/pinned_host_pool.hpp"
+#include "device/device.hpp"
+
+namespace tp {
+
+/// Identifies a tracked tensor; never reused by one memory_runtime.
+enum class tensor_id : std::uint64_t {};
+
+inline std::uint64_t to_underlying(tensor_id id) { return static_cast<std::uint64_t>(id); }
+
+/// See Note [Tensor states].
+enum class tensor_state : unsigned char { resident, offloading, on_host, prefetching, dropped };
+
+/// How a victim leaves the device: copied to host (swap) or discarded and
+/// recomputed when next needed (drop).
+enum class eviction_action : unsigned char { swap, drop };
+
+const char* to_string(tensor_state s);
+const char* to_string(eviction_action a);
+
+/// The glue's side of one tracked tensor's storage.
+///
+/// Thread-safety: called by the runtime with its lock held, from the thread
+/// that called into the runtime (the training thread, or the allocator's
+/// reclaim path on that thread). allocate_device() and recompute() may
+/// allocate through the caching allocator and so re-enter the runtime's
+/// reclaim() on the same thread; see Note [Runtime locking] in runtime.hpp.
+/// Lifetime: must outlive its registration (memory_runtime::untrack).
+class storage_binding {
+ public:
+  virtual ~storage_binding() = default;
+  /// The device storage now, or nullptr while it is released.
+  virtual void* device_ptr() const = 0;
+  /// Drops the device storage (torch: drop the DataPtr so its deleter frees it
+  /// through the caching allocator). Called only when no queued copy reads it.
+  virtual void release_device() noexcept = 0;
+  /// New device storage of `bytes` for a restore, used on the tensor's stream;
+  /// the runtime copies the contents in. May throw tp::out_of_memory.
+  virtual void* allocate_device(std::size_t bytes) = 0;
+  /// Re-creates storage and contents of a dropped tensor on its stream (torch:
+  /// replay the module with the RNG state restored). The runtime does not
+  /// allocate first: a replay allocates its own outputs, and pre-allocating
+  /// would hold the bytes twice. Afterwards device_ptr() must be non-null.
+  /// May throw; the tensor then stays dropped.
+  virtual void recompute() = 0;
+};
+
+/// The runtime's record of one tensor. Guarded by the runtime's lock.
+struct managed_tensor {
+  tensor_id id{};
+  storage_binding* binding = nullptr;  ///< never null
+  std::size_t bytes = 0;
+  stream_id stream = default_stream;   ///< the compute stream that uses it
+  tensor_state state = tensor_state::resident;
+  std::int64_t last_access_ns = 0;
+  std::uint64_t access_count = 0;
+  std::int64_t recompute_cost_ns = 0;  ///< 0: not recomputable
+  bool evictable = true;
+  /// Position in the step's track order, to match the recorded step
+  /// (Note [Step matching] in access_recorder.hpp).
+  std::size_t ordinal = 0;
+  std::uint64_t step = 0;  ///< the step (access_recorder::steps_completed) that tracked it
+
+  // --- transfer bookkeeping (transfer_engine) --------------------------------
+  host_block host{};         ///< valid in offloading, on_host, prefetching
+  event_id copy_event{};     ///< the in-flight copy's event, when one exists
+  bool has_copy_event = false;
+  std::int64_t prefetch_done_ns = -1;  ///< when a proactive prefetch finished
+
+  // --- candidate set bookkeeping (candidate_set) -----------------------------
+  bool in_candidates = false;
+  bool pinned = false;  ///< being restored: never a victim
+  std::size_t candidate_index = 0;
+  std::list<managed_tensor*>::iterator lru_pos{};
+
+  bool recomputable() const { return recompute_cost_ns > 0; }
+};
+
+}  // namespace tp

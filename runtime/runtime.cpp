@@ -1,0 +1,289 @@
+#include "runtime/runtime.hpp"
+
+#include <fmt/format.h>
+
+#include "core/errors.hpp"
+#include "core/format_bytes.hpp"
+
+namespace tp {
+
+memory_runtime::memory_runtime(device& dev, caching_allocator& alloc, pinned_host_pool& host,
+                               clock& clk, options opts)
+    : dev_(dev),
+      alloc_(alloc),
+      clock_(clk),
+      opts_(std::move(opts)),
+      engine_(dev, host, opts_.offload_stream, opts_.prefetch_stream),
+      recorder_(opts_.recorder),
+      policy_(make_policy(opts_.policy, opts_.sample_size)),
+      rng_(opts_.seed) {
+  recorder_.begin_step(clock_.now_ns());
+  if (opts_.register_reclaimer) alloc_.set_reclaimer(this);
+}
+
+memory_runtime::~memory_runtime() {
+  if (opts_.register_reclaimer) alloc_.set_reclaimer(nullptr);
+  for (auto& [id, t] : tensors_) engine_.discard(*t);
+}
+
+managed_tensor& memory_runtime::find(tensor_id id) const {
+  const auto it = tensors_.find(to_underlying(id));
+  if (it == tensors_.end()) {
+    throw invalid_argument(
+        fmt::format("tensorpager: tensor id {} is not tracked by this runtime", to_underlying(id)));
+  }
+  return *it->second;
+}
+
+tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, stream_id stream,
+                                std::int64_t recompute_cost_ns, bool evictable) {
+  if (binding.device_ptr() == nullptr || bytes == 0) {
+    throw invalid_argument(fmt::format(
+        "tensorpager: track(): a tensor needs device storage and bytes > 0 (got {} bytes at {})",
+        bytes, binding.device_ptr()));
+  }
+  lock_type lock(mu_);
+  const std::int64_t now = clock_.now_ns();
+  auto t = std::make_unique<managed_tensor>();
+  t->id = tensor_id{next_id_++};
+  t->binding = &binding;
+  t->bytes = bytes;
+  t->stream = stream;
+  t->last_access_ns = now;
+  t->recompute_cost_ns = recompute_cost_ns > 0 ? recompute_cost_ns : 0;
+  t->evictable = evictable;
+  t->step = recorder_.steps_completed();
+  t->ordinal = recorder_.on_track(bytes, t->recompute_cost_ns, evictable, now);
+  managed_tensor& ref = *t;
+  tensors_.emplace(to_underlying(ref.id), std::move(t));
+  by_ordinal_.push_back(ref.id);
+  make_candidate(ref);
+  poll_locked();
+  proactive_offload_locked();
+  return ref.id;
+}
+
+void memory_runtime::make_candidate(managed_tensor& t) {
+  if (t.evictable && !t.pinned && t.state == tensor_state::resident) candidates_.add(t);
+}
+
+void memory_runtime::remove_in_flight(managed_tensor& t) {
+  for (std::size_t i = 0; i < in_flight_.size(); ++i) {
+    if (in_flight_[i] == &t) {
+      in_flight_[i] = in_flight_.back();
+      in_flight_.pop_back();
+      return;
+    }
+  }
+}
+
+void memory_runtime::access(tensor_id id) {
+  lock_type lock(mu_);
+  managed_tensor& t = find(id);
+  poll_locked();
+  ensure_resident_locked(t, t.stream);
+  t.last_access_ns = clock_.now_ns();
+  ++t.access_count;
+  candidates_.touch(t);
+  if (t.step == recorder_.steps_completed()) recorder_.on_access(t.ordinal, t.last_access_ns);
+  prefetch_ahead_locked();
+}
+
+void memory_runtime::ensure_resident(tensor_id id, stream_id compute) {
+  lock_type lock(mu_);
+  managed_tensor& t = find(id);
+  poll_locked();
+  ensure_resident_locked(t, compute);
+}
+
+void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute) {
+  const std::int64_t requested = clock_.now_ns();
+  switch (t.state) {
+    case tensor_state::resident:
+      return;
+    case tensor_state::offloading:
+      // The device storage was never released: keep it, drop the host copy.
+      remove_in_flight(t);
+      engine_.cancel_offload(t);
+      ++stats_.cancelled_offloads;
+      break;
+    case tensor_state::on_host:
+    case tensor_state::prefetching: {
+      t.pinned = true;
+      try {
+        if (t.state == tensor_state::on_host) {
+          engine_.start_prefetch(t);  // may re-enter reclaim(); Note [Runtime locking]
+          in_flight_.push_back(&t);
+        } else if (engine_.copy_done(t)) {
+          const std::int64_t done = t.prefetch_done_ns >= 0 ? t.prefetch_done_ns : requested;
+          recorder_.on_prefetch_idle(requested - done);
+        }
+      } catch (...) {
+        t.pinned = false;
+        throw;
+      }
+      if (!engine_.copy_done(t)) {
+        engine_.wait_copy(t);
+        ++stats_.stalls;
+        stats_.stall_ns += clock_.now_ns() - requested;
+        recorder_.on_stall();
+      }
+      remove_in_flight(t);
+      engine_.finish_prefetch(t, compute);
+      t.prefetch_done_ns = -1;
+      t.pinned = false;
+      break;
+    }
+    case tensor_state::dropped: {
+      t.pinned = true;
+      try {
+        t.binding->recompute();  // may re-enter the runtime; Note [Runtime locking]
+      } catch (...) {
+        t.pinned = false;
+        throw;
+      }
+      t.pinned = false;
+      if (t.binding->device_ptr() == nullptr) {
+        throw error(fmt::format("tensorpager: recompute() of tensor {} left it without storage",
+                                to_underlying(t.id)));
+      }
+      t.state = tensor_state::resident;
+      ++stats_.recomputes;
+      ++stats_.stalls;
+      stats_.stall_ns += clock_.now_ns() - requested;
+      break;
+    }
+  }
+  make_candidate(t);
+}
+
+bool memory_runtime::offload(tensor_id id) {
+  lock_type lock(mu_);
+  managed_tensor& t = find(id);
+  if (t.state != tensor_state::resident || t.pinned) return false;
+  candidates_.remove(t);
+  if (!engine_.start_offload(t)) {
+    make_candidate(t);
+    return false;
+  }
+  in_flight_.push_back(&t);
+  return true;
+}
+
+void memory_runtime::untrack(tensor_id id) {
+  lock_type lock(mu_);
+  managed_tensor& t = find(id);
+  candidates_.remove(t);
+  remove_in_flight(t);
+  engine_.discard(t);
+  if (t.step == recorder_.steps_completed()) recorder_.on_untrack(t.ordinal, clock_.now_ns());
+  tensors_.erase(to_underlying(id));
+}
+
+void memory_runtime::step() {
+  lock_type lock(mu_);
+  poll_locked();
+  recorder_.begin_step(clock_.now_ns());
+  by_ordinal_.clear();
+  ++stats_.steps;
+  plan_locked();
+}
+
+void memory_runtime::plan_locked() {
+  const step_record* prev = recorder_.previous();
+  if (prev == nullptr) return;
+  planning_inputs in;
+  in.budget_bytes = alloc_.budget();
+  in.bandwidth = opts_.bandwidth;
+  const auto reserved = static_cast<std::size_t>(alloc_.stats().reserved_bytes.all().peak);
+  in.unmanaged_bytes = reserved > prev->peak_live_bytes ? reserved - prev->peak_live_bytes : 0;
+  policy_->plan_step(*prev, in);
+}
+
+void memory_runtime::poll() {
+  lock_type lock(mu_);
+  poll_locked();
+}
+
+std::size_t memory_runtime::poll_locked() {
+  std::size_t released = 0;
+  const std::int64_t now = clock_.now_ns();
+  for (std::size_t i = 0; i < in_flight_.size();) {
+    managed_tensor& t = *in_flight_[i];
+    if (t.state == tensor_state::offloading && engine_.try_complete_offload(t)) {
+      released += t.bytes;
+      in_flight_[i] = in_flight_.back();
+      in_flight_.pop_back();
+      continue;
+    }
+    if (t.state == tensor_state::prefetching && t.prefetch_done_ns < 0 && engine_.copy_done(t)) {
+      t.prefetch_done_ns = now;
+    }
+    ++i;
+  }
+  engine_.poll();
+  return released;
+}
+
+tensor_state memory_runtime::state(tensor_id id) const {
+  lock_type lock(mu_);
+  return find(id).state;
+}
+
+policy_kind memory_runtime::policy() const {
+  lock_type lock(mu_);
+  return policy_->kind();
+}
+
+void memory_runtime::set_policy(policy_kind kind) {
+  lock_type lock(mu_);
+  policy_ = make_policy(kind, opts_.sample_size);
+  plan_locked();
+}
+
+std::size_t memory_runtime::prefetch_distance() const {
+  lock_type lock(mu_);
+  return recorder_.prefetch_distance();
+}
+
+runtime_stats memory_runtime::stats() const {
+  lock_type lock(mu_);
+  runtime_stats s = stats_;
+  const transfer_stats& e = engine_.stats();
+  s.offloaded_bytes = e.offloaded_bytes;
+  s.prefetched_bytes = e.prefetched_bytes;
+  s.offloads = e.offloads;
+  s.prefetches = e.prefetches;
+  s.tracked = tensors_.size();
+  for (const auto& [id, t] : tensors_) {
+    switch (t->state) {
+      case tensor_state::resident: s.resident_bytes += t->bytes; break;
+      case tensor_state::offloading:
+      case tensor_state::prefetching:
+        s.resident_bytes += t->bytes;
+        s.on_host_bytes += t->bytes;
+        break;
+      case tensor_state::on_host: s.on_host_bytes += t->bytes; break;
+      case tensor_state::dropped: s.dropped_bytes += t->bytes; break;
+    }
+    if (t->in_candidates) s.evictable_bytes += t->bytes;
+  }
+  s.prefetch_distance = recorder_.prefetch_distance();
+  return s;
+}
+
+std::string memory_runtime::describe() const {
+  const runtime_stats s = stats();
+  if (s.tracked == 0) return {};
+  return fmt::format("runtime: {} tensors tracked, evictable {}, offloaded {}, dropped {}", s.tracked,
+                     format_bytes(s.evictable_bytes), format_bytes(s.on_host_bytes),
+                     format_bytes(s.dropped_bytes));
+}
+
+void memory_runtime::notice_once(bool& said, std::string_view what) {
+  if (said) return;
+  said = true;
+  if (opts_.log) opts_.log(what);
+}
+
+}  // namespace tp

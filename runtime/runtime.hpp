@@ -1,0 +1,170 @@
+#pragma once
+// tp::memory_runtime: which tracked tensors are resident, swapped or dropped;
+// the allocator's reclaimer (DESIGN.md, "Budget and reclaim").
+//
+// Note [Runtime locking]
+// One std::recursive_mutex guards all runtime state. It is recursive because
+// of one legitimate re-entry: restoring a tensor calls storage_binding::
+// allocate_device() or recompute(), which allocate through the caching
+// allocator, which may call reclaim() on the same thread (with the
+// allocator's lock released, as the reclaimer contract guarantees). A replay
+// may also access() other tracked tensors. Before any binding call the
+// runtime leaves its state consistent and marks the tensor being restored
+// `pinned` (not a candidate), so a nested reclaim never picks it and no
+// iterator is held across the call. reclaim() itself never calls
+// allocate_device() or recompute(): it only starts copies, waits for their
+// events and calls release_device(), so the nesting is at most one level.
+// Rules for the glue: never untrack() a tensor from inside its own binding
+// callbacks; never call the runtime from an allocator observer.
+// Waits (for an offload's event) happen with the runtime's lock held: other
+// threads that touch the runtime wait too, which keeps the state simple; the
+// copy itself needs no runtime call to finish.
+//
+// Note [Prefetch never evicts]
+// Prefetching ahead is speculative: its allocation must not evict anything
+// (it could evict the tensor needed next). While it allocates, reclaim()
+// returns 0 at once, the allocation fails, and the prefetch is left to the
+// access itself.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "allocator/caching_allocator.hpp"
+#include "allocator/pinned_host_pool.hpp"
+#include "allocator/reclaimer.hpp"
+#include "core/clock.hpp"
+#include "runtime/access_recorder.hpp"
+#include "runtime/candidate_set.hpp"
+#include "runtime/eviction_policy.hpp"
+#include "runtime/managed_tensor.hpp"
+#include "runtime/runtime_stats.hpp"
+#include "runtime/transfer_engine.hpp"
+
+namespace tp {
+
+struct memory_runtime_options {
+  policy_kind policy = policy_kind::hybrid;
+  std::size_t sample_size = 32;  ///< k of the sampling policies
+  bandwidth_model bandwidth{};   ///< for planning only
+  std::optional<stream_id> offload_stream;   ///< none: the runtime creates one
+  std::optional<stream_id> prefetch_stream;  ///< none: the runtime creates one
+  bool prefetch_ahead = true;      ///< follow the recorded step (Note [Prefetch distance])
+  bool proactive_offload = true;   ///< offload ahead of a recorded peak
+  std::size_t proactive_lookahead = 8;  ///< events of the recorded step looked ahead
+  access_recorder::options recorder{};
+  /// Register as the allocator's reclaimer for the runtime's lifetime.
+  bool register_reclaimer = true;
+  /// Receives one-time notices (host pool full, ...). None: they are dropped.
+  std::function<void(std::string_view)> log;
+  std::uint64_t seed = 0x7470'7061'6765'72ULL;  ///< sampling
+};
+
+/// The runtime over one device.
+///
+/// Thread-safety: every member may be called from any thread; see
+/// Note [Runtime locking]. Streams: a tensor is used on the stream given to
+/// track(); restores make that stream (or the one given) wait on copy events
+/// only. Lifetime: device, allocator, pool and clock outlive it; the
+/// constructor registers it as the allocator's reclaimer (unless disabled) and
+/// the destructor unregisters it, so build and destroy it while no allocation
+/// is in flight. Destroying it waits for copies in flight; tensors still
+/// tracked are forgotten (their bindings are not called).
+class memory_runtime final : public reclaimer {
+ public:
+  using options = memory_runtime_options;
+
+  memory_runtime(device& dev, caching_allocator& alloc, pinned_host_pool& host, clock& clk,
+                 options opts = {});
+  ~memory_runtime() override;
+  memory_runtime(const memory_runtime&) = delete;
+  memory_runtime& operator=(const memory_runtime&) = delete;
+
+  /// Starts tracking a resident tensor whose storage binding.device_ptr()
+  /// holds `bytes` used on `stream`. recompute_cost_ns > 0 makes it droppable;
+  /// evictable == false keeps it resident (parameters, tensors the user holds).
+  tensor_id track(storage_binding& binding, std::size_t bytes, stream_id stream,
+                  std::int64_t recompute_cost_ns, bool evictable = true);
+  /// A use of the tensor on its stream: makes it resident (ensure_resident),
+  /// records the access, prefetches ahead.
+  void access(tensor_id id);
+  /// Makes the tensor usable on `compute`: resident nothing; offloading taken
+  /// back without a round trip; on_host copied back now and `compute` waits on
+  /// the copy's event (a stall); prefetching `compute` waits on the event;
+  /// dropped recomputed. Throws tp::out_of_memory when no memory can be had
+  /// (the tensor keeps its state; nothing is lost).
+  void ensure_resident(tensor_id id, stream_id compute);
+  /// Explicit offload (LibTorch API): starts copying to host. Returns false
+  /// when the tensor is not resident or the host pool is full.
+  bool offload(tensor_id id);
+  /// Stops tracking. Waits for a copy that still touches its storage; frees
+  /// its host block. The device storage (if any) stays with the binding.
+  void untrack(tensor_id id);
+  /// Step boundary: the step just ended becomes the recorded one and the
+  /// policy plans the next step from it.
+  void step();
+  /// Completes finished offloads, frees host blocks of finished copies.
+  void poll();
+
+  /// Note [Reclaim] in caching_allocator.hpp: evicts until `bytes` are freed.
+  std::size_t reclaim(std::size_t bytes, stream_id stream) override;
+  std::string describe() const override;
+
+  tensor_state state(tensor_id id) const;
+  runtime_stats stats() const;
+  policy_kind policy() const;
+  /// Replaces the policy (it plans from the recorded step at once).
+  void set_policy(policy_kind kind);
+  const eviction_policy& policy_object() const { return *policy_; }
+  std::size_t prefetch_distance() const;
+  /// Throws tp::error describing the first broken invariant. O(tracked).
+  void check_invariants() const;
+
+ private:
+  using lock_type = std::unique_lock<std::recursive_mutex>;
+  managed_tensor& find(tensor_id id) const;
+  // All *_locked members require mu_ held.
+  std::size_t poll_locked();
+  void ensure_resident_locked(managed_tensor& t, stream_id compute);
+  void make_candidate(managed_tensor& t);
+  void remove_in_flight(managed_tensor& t);
+  std::optional<eviction_choice> choose_locked(std::size_t bytes_needed, std::uintptr_t begin,
+                                               std::uintptr_t end);
+  // Evicts one victim; returns bytes released now (drops) via `freed`, or
+  // adds a started offload to `started`. False when the victim stayed.
+  bool evict_locked(const eviction_choice& c, std::size_t& freed,
+                    std::vector<managed_tensor*>& started);
+  void drop_locked(managed_tensor& t);
+  void prefetch_ahead_locked();
+  void proactive_offload_locked();
+  void plan_locked();
+  void notice_once(bool& said, std::string_view what);
+
+  device& dev_;
+  caching_allocator& alloc_;
+  clock& clock_;
+  options opts_;
+  mutable std::recursive_mutex mu_;
+  transfer_engine engine_;
+  access_recorder recorder_;
+  std::unique_ptr<eviction_policy> policy_;
+  candidate_set candidates_;
+  std::unordered_map<std::uint64_t, std::unique_ptr<managed_tensor>> tensors_;
+  std::vector<tensor_id> by_ordinal_;        // this step's tensors, by ordinal
+  std::vector<managed_tensor*> in_flight_;   // offloading or prefetching
+  std::mt19937_64 rng_;
+  std::uint64_t next_id_ = 1;
+  bool speculative_ = false;  // Note [Prefetch never evicts]
+  bool said_host_full_ = false;
+  runtime_stats stats_;
+};
+
+}  // namespace tp

@@ -1,0 +1,39 @@
+#pragma once
+// The runtime's counters (tp.stats() gains these through the glue).
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tp {
+
+/// A snapshot; a value.
+struct runtime_stats {
+  // --- what moved ---------------------------------------------------------
+  std::size_t offloaded_bytes = 0;   ///< offloads completed (device storage released)
+  std::size_t prefetched_bytes = 0;  ///< restores by copy (on demand or ahead)
+  std::uint64_t offloads = 0;        ///< offloads started
+  std::uint64_t prefetches = 0;
+  std::uint64_t cancelled_offloads = 0;  ///< needed again while offloading
+  std::uint64_t proactive_offloads = 0;  ///< started ahead of a predicted peak
+  std::uint64_t drops = 0;
+  std::uint64_t recomputes = 0;
+  std::uint64_t evictions = 0;  ///< victims chosen by the policy (swap or drop)
+  std::uint64_t host_fallbacks = 0;  ///< swaps refused by the host pool
+  // --- what it cost -------------------------------------------------------
+  std::uint64_t stalls = 0;      ///< accesses that waited for a copy or a recompute
+  std::int64_t stall_ns = 0;     ///< on the runtime's clock
+  std::int64_t policy_ns = 0;    ///< wall time spent in eviction_policy::choose
+  std::uint64_t policy_calls = 0;
+  std::uint64_t reclaims = 0;
+  std::size_t reclaimed_bytes = 0;
+  // --- where the bytes are now ---------------------------------------------
+  std::size_t tracked = 0;
+  std::size_t resident_bytes = 0;  ///< resident, offloading or prefetching
+  std::size_t on_host_bytes = 0;   ///< offloading, on_host or prefetching
+  std::size_t dropped_bytes = 0;
+  std::size_t evictable_bytes = 0;  ///< resident candidates
+  std::size_t prefetch_distance = 0;
+  std::uint64_t steps = 0;
+};
+
+}  // namespace tp

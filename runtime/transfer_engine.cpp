@@ -1,0 +1,150 @@
+#include "runtime/transfer_engine.hpp"
+
+#include <cstdio>
+#include <exception>
+
+#include "core/errors.hpp"
+
+namespace tp {
+
+transfer_engine::transfer_engine(device& dev, pinned_host_pool& pool,
+                                 std::optional<stream_id> offload_stream,
+                                 std::optional<stream_id> prefetch_stream)
+    : dev_(dev),
+      pool_(pool),
+      offload_(offload_stream ? *offload_stream : dev.create_stream()),
+      prefetch_(prefetch_stream ? *prefetch_stream : dev.create_stream()),
+      own_offload_(!offload_stream),
+      own_prefetch_(!prefetch_stream) {}
+
+transfer_engine::~transfer_engine() {
+  for (const deferred_free& d : deferred_) {
+    try {
+      dev_.synchronize_event(d.event);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tensorpager: waiting for a copy at shutdown failed: %s\n", e.what());
+    }
+    try {
+      pool_.deallocate(d.host);
+    } catch (const std::exception&) {
+    }
+  }
+  for (event_id e : all_events_) dev_.destroy_event(e);
+  if (own_offload_) dev_.destroy_stream(offload_);
+  if (own_prefetch_) dev_.destroy_stream(prefetch_);
+}
+
+event_id transfer_engine::take_event() {
+  if (!free_events_.empty()) {
+    const event_id e = free_events_.back();
+    free_events_.pop_back();
+    return e;
+  }
+  const event_id e = dev_.create_event();
+  all_events_.push_back(e);
+  return e;
+}
+
+bool transfer_engine::start_offload(managed_tensor& t) {
+  host_block host;
+  try {
+    host = pool_.allocate(t.bytes);
+  } catch (const out_of_memory&) {
+    ++stats_.host_pool_refusals;
+    return false;
+  }
+  const event_id ready = take_event();
+  dev_.record_event(ready, t.stream);
+  dev_.stream_wait_event(offload_, ready);
+  give_event(ready);  // the wait captured the record (Note [Offload ordering])
+  dev_.copy_async(host.ptr, t.binding->device_ptr(), t.bytes, offload_);
+  t.copy_event = take_event();
+  t.has_copy_event = true;
+  dev_.record_event(t.copy_event, offload_);
+  t.host = host;
+  t.state = tensor_state::offloading;
+  ++stats_.offloads;
+  return true;
+}
+
+bool transfer_engine::try_complete_offload(managed_tensor& t) {
+  if (!dev_.query_event(t.copy_event)) return false;
+  t.binding->release_device();
+  give_event(t.copy_event);
+  t.has_copy_event = false;
+  t.state = tensor_state::on_host;
+  stats_.offloaded_bytes += t.bytes;
+  return true;
+}
+
+void transfer_engine::wait_offload(managed_tensor& t) {
+  dev_.synchronize_event(t.copy_event);
+  try_complete_offload(t);
+}
+
+void transfer_engine::defer_host_free(managed_tensor& t) {
+  deferred_.push_back({t.copy_event, t.host.ptr});
+  t.has_copy_event = false;
+  t.host = {};
+}
+
+void transfer_engine::cancel_offload(managed_tensor& t) {
+  defer_host_free(t);
+  t.state = tensor_state::resident;
+  ++stats_.cancelled_offloads;
+}
+
+void transfer_engine::start_prefetch(managed_tensor& t) {
+  void* dst = t.binding->allocate_device(t.bytes);
+  const event_id ready = take_event();
+  dev_.record_event(ready, t.stream);
+  dev_.stream_wait_event(prefetch_, ready);
+  give_event(ready);
+  dev_.copy_async(dst, t.host.ptr, t.bytes, prefetch_);
+  t.copy_event = take_event();
+  t.has_copy_event = true;
+  dev_.record_event(t.copy_event, prefetch_);
+  t.state = tensor_state::prefetching;
+  ++stats_.prefetches;
+  stats_.prefetched_bytes += t.bytes;
+}
+
+bool transfer_engine::copy_done(managed_tensor& t) { return dev_.query_event(t.copy_event); }
+
+void transfer_engine::wait_copy(managed_tensor& t) { dev_.synchronize_event(t.copy_event); }
+
+void transfer_engine::finish_prefetch(managed_tensor& t, stream_id compute) {
+  dev_.stream_wait_event(compute, t.copy_event);
+  if (compute != t.stream) dev_.stream_wait_event(t.stream, t.copy_event);
+  defer_host_free(t);
+  t.state = tensor_state::resident;
+}
+
+void transfer_engine::discard(managed_tensor& t) noexcept {
+  try {
+    if (t.has_copy_event) {
+      dev_.synchronize_event(t.copy_event);
+      give_event(t.copy_event);
+      t.has_copy_event = false;
+    }
+    if (t.host.ptr != nullptr) pool_.deallocate(t.host.ptr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tensorpager: discarding a tensor's transfer failed: %s\n", e.what());
+  }
+  t.host = {};
+}
+
+void transfer_engine::poll() {
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < deferred_.size(); ++i) {
+    if (dev_.query_event(deferred_[i].event)) {
+      pool_.deallocate(deferred_[i].host);
+      give_event(deferred_[i].event);
+    } else {
+      deferred_[kept++] = deferred_[i];
+    }
+  }
+  deferred_.resize(kept);
+}
+
+}  // namespace tp

@@ -1,0 +1,297 @@
+// memory_runtime and transfer_engine on the simulated device: round trips,
+// ordering of copies against block reuse, taking back an offload, stalls and
+// host-pool fallback.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/errors.hpp"
+#include "runtime/runtime.hpp"
+#include "runtime_test_support.hpp"
+
+namespace tp {
+namespace {
+
+using namespace tp::testing;
+
+memory_runtime::options with_policy(policy_kind k) {
+  memory_runtime::options o;
+  o.policy = k;
+  return o;
+}
+
+TEST(Runtime, SwapRoundTripIsBitIdentical) {
+  runtime_rig rig;
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk);
+  fake_binding b(rig, 3 * MiB + 17, 1);
+  const tensor_id id = rt.track(b, b.bytes(), rig.compute, 0);
+  ASSERT_TRUE(rt.offload(id));
+  rt.poll();
+  EXPECT_EQ(rt.state(id), tensor_state::on_host);
+  EXPECT_EQ(b.device_ptr(), nullptr);
+  EXPECT_EQ(b.releases, 1);
+  rt.access(id);
+  EXPECT_EQ(rt.state(id), tensor_state::resident);
+  EXPECT_TRUE(b.verify());
+  const runtime_stats s = rt.stats();
+  EXPECT_EQ(s.offloaded_bytes, b.bytes());
+  EXPECT_EQ(s.prefetched_bytes, b.bytes());
+  rt.check_invariants();
+  rt.untrack(id);
+  rt.poll();
+  EXPECT_EQ(rig.host.stats().in_use_bytes, 0u);
+}
+
+TEST(Runtime, DropAndRecomputeRoundTripIsBitIdentical) {
+  runtime_rig rig;
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, with_policy(policy_kind::dtr));
+  fake_binding b(rig, 2 * MiB, 7);
+  const tensor_id id = rt.track(b, b.bytes(), rig.compute, 1000);
+  EXPECT_EQ(rt.reclaim(1, rig.compute), b.bytes());
+  EXPECT_EQ(rt.state(id), tensor_state::dropped);
+  EXPECT_EQ(b.device_ptr(), nullptr);
+  rt.access(id);
+  EXPECT_EQ(b.recomputes, 1);
+  EXPECT_TRUE(b.verify());
+  EXPECT_EQ(rt.stats().recomputes, 1u);
+  rt.check_invariants();
+}
+
+TEST(Runtime, BlockIsNotReusedWhileItsOffloadCopyIsInFlight) {
+  runtime_rig rig;
+  memory_runtime::options o;
+  o.offload_stream = rig.dev.create_stream();
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, o);
+  fake_binding a(rig, 4 * MiB, 3);
+  const auto begin = reinterpret_cast<std::uintptr_t>(a.device_ptr());
+  const std::uintptr_t end = begin + a.bytes();
+  const tensor_id id = rt.track(a, a.bytes(), rig.compute, 0);
+  rig.dev.hold_stream(*o.offload_stream);
+  ASSERT_TRUE(rt.offload(id));
+  rt.poll();
+  EXPECT_EQ(rt.state(id), tensor_state::offloading);
+  // Ask for memory of every size; nothing handed out may overlap A, and
+  // scribbling over it must not reach A's bytes.
+  std::vector<void*> got;
+  for (std::size_t bytes : {4 * MiB, 512 * KiB, 16 * MiB, 4 * MiB, 1 * MiB}) {
+    void* p = rig.alloc.allocate(bytes, rig.compute);
+    const auto pb = reinterpret_cast<std::uintptr_t>(p);
+    EXPECT_TRUE(pb + bytes <= begin || pb >= end) << "overlaps the block being offloaded";
+    std::memset(p, 0xAB, bytes);
+    got.push_back(p);
+  }
+  rig.dev.release_stream(*o.offload_stream);
+  rt.poll();
+  EXPECT_EQ(rt.state(id), tensor_state::on_host);
+  for (void* p : got) rig.alloc.deallocate(p);
+  rt.access(id);
+  EXPECT_TRUE(a.verify());
+  rig.dev.destroy_stream(*o.offload_stream);
+}
+
+TEST(RuntimeThreads, ReclaimWaitsForAHeldOffloadCopyBeforeReleasing) {
+  runtime_rig rig({.budget = 24 * MiB});
+  memory_runtime::options o;
+  o.offload_stream = rig.dev.create_stream();
+  o.policy = policy_kind::lru;
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, o);
+  fake_binding a(rig, 12 * MiB, 5);  // its own 12 MiB segment
+  fake_binding b(rig, 12 * MiB, 6);
+  const tensor_id ida = rt.track(a, a.bytes(), rig.compute, 0);
+  const tensor_id idb = rt.track(b, b.bytes(), rig.compute, 0, /*evictable=*/false);
+  rig.dev.hold_stream(*o.offload_stream);
+  std::atomic<bool> done{false};
+  void* p = nullptr;
+  std::thread t([&] {
+    p = rig.alloc.allocate(12 * MiB, rig.compute);  // over budget: reclaim offloads A and waits
+    std::memset(p, 0xCD, 12 * MiB);
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(done.load()) << "memory was handed out while its offload copy was held";
+  EXPECT_NE(a.device_ptr(), nullptr);
+  rig.dev.release_stream(*o.offload_stream);
+  t.join();
+  EXPECT_EQ(rt.state(ida), tensor_state::on_host);
+  rig.alloc.deallocate(p);
+  rt.access(ida);
+  EXPECT_TRUE(a.verify());
+  EXPECT_TRUE(b.verify());
+  rt.untrack(idb);
+  rig.dev.destroy_stream(*o.offload_stream);
+}
+
+TEST(Runtime, EnsureResidentDuringOffloadTakesItBackWithoutWaiting) {
+  runtime_rig rig;
+  memory_runtime::options o;
+  o.offload_stream = rig.dev.create_stream();
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, o);
+  fake_binding a(rig, 1 * MiB, 9);
+  void* const before = a.device_ptr();
+  const tensor_id id = rt.track(a, a.bytes(), rig.compute, 0);
+  rig.dev.hold_stream(*o.offload_stream);
+  ASSERT_TRUE(rt.offload(id));
+  rt.access(id);  // would deadlock if it waited for the held copy
+  EXPECT_EQ(rt.state(id), tensor_state::resident);
+  EXPECT_EQ(a.device_ptr(), before);
+  EXPECT_EQ(a.releases, 0);
+  EXPECT_EQ(rt.stats().cancelled_offloads, 1u);
+  EXPECT_GT(rig.host.stats().in_use_bytes, 0u);  // freed only once the copy is done
+  EXPECT_TRUE(a.verify());
+  rig.dev.release_stream(*o.offload_stream);
+  rt.poll();
+  EXPECT_EQ(rig.host.stats().in_use_bytes, 0u);
+  rt.check_invariants();
+  rig.dev.destroy_stream(*o.offload_stream);
+}
+
+TEST(Runtime, RestoreWaitsOnTheCopyEventOnlyAndCountsTheStall) {
+  runtime_rig rig({.latency_ns = 1000});
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk);
+  fake_binding a(rig, 256 * KiB, 11);
+  const tensor_id id = rt.track(a, a.bytes(), rig.compute, 0);
+  ASSERT_TRUE(rt.offload(id));
+  rig.clk.advance(5000);
+  rt.poll();
+  ASSERT_EQ(rt.state(id), tensor_state::on_host);
+  // Unrelated work held on another stream: a device-wide wait would hang.
+  const stream_id other = rig.dev.create_stream();
+  std::vector<std::byte> scratch(4096);
+  void* dst = rig.alloc.allocate(4096, other);
+  rig.dev.copy_async(dst, scratch.data(), scratch.size(), other);
+  rig.dev.hold_stream(other);
+  const std::int64_t t0 = rig.clk.now_ns();
+  rt.access(id);
+  EXPECT_EQ(rig.clk.now_ns() - t0, 1000);  // the copy's modelled time, nothing more
+  const runtime_stats s = rt.stats();
+  EXPECT_EQ(s.stalls, 1u);
+  EXPECT_EQ(s.stall_ns, 1000);
+  EXPECT_TRUE(a.verify());
+  EXPECT_EQ(rig.dev.pending_ops(other), 1u);
+  rig.dev.release_stream(other);
+  rig.dev.synchronize(other);
+  rig.alloc.deallocate(dst);
+  rig.dev.destroy_stream(other);
+}
+
+TEST(Runtime, HostPoolFullFallsBackToRecomputeOrKeepsResidentAndSaysSoOnce) {
+  runtime_rig rig({.host_budget = 64 * KiB});
+  std::vector<std::string> notices;
+  memory_runtime::options o;
+  o.policy = policy_kind::lru;
+  o.log = [&](std::string_view s) { notices.emplace_back(s); };
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, o);
+  fake_binding keep(rig, 1 * MiB, 1);
+  fake_binding drop(rig, 1 * MiB, 2);
+  const tensor_id k = rt.track(keep, keep.bytes(), rig.compute, 0);
+  const tensor_id d = rt.track(drop, drop.bytes(), rig.compute, 500);
+  const std::size_t freed = rt.reclaim(2 * MiB, rig.compute);
+  EXPECT_EQ(freed, drop.bytes());
+  EXPECT_EQ(rt.state(k), tensor_state::resident);
+  EXPECT_EQ(rt.state(d), tensor_state::dropped);
+  EXPECT_EQ(notices.size(), 1u);
+  rt.reclaim(2 * MiB, rig.compute);
+  EXPECT_EQ(notices.size(), 1u);
+  EXPECT_GE(rt.stats().host_fallbacks, 1u);
+  rt.access(d);
+  EXPECT_TRUE(drop.verify());
+  EXPECT_TRUE(keep.verify());
+  rt.check_invariants();
+}
+
+TEST(Runtime, UntrackWhileOffloadingWaitsForTheCopy) {
+  runtime_rig rig({.latency_ns = 2000});
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk);
+  auto a = std::make_unique<fake_binding>(rig, 64 * KiB, 4);
+  const tensor_id id = rt.track(*a, a->bytes(), rig.compute, 0);
+  ASSERT_TRUE(rt.offload(id));
+  rt.untrack(id);
+  EXPECT_GE(rig.clk.now_ns(), 2000);
+  a.reset();  // frees the device storage: no copy may still read it
+  rt.poll();
+  EXPECT_EQ(rig.host.stats().in_use_bytes, 0u);
+  EXPECT_EQ(rt.stats().tracked, 0u);
+}
+
+TEST(Runtime, UnknownIdIsRejected) {
+  runtime_rig rig;
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk);
+  EXPECT_THROW(rt.access(tensor_id{42}), invalid_argument);
+}
+
+TEST(AccessRecorder, PrefetchDistanceGrowsOnStallsAndShrinksWhenIdle) {
+  access_recorder r({.initial_distance = 2, .max_distance = 16, .idle_threshold_ns = 100});
+  EXPECT_EQ(r.prefetch_distance(), 2u);
+  r.on_stall();
+  EXPECT_EQ(r.prefetch_distance(), 4u);
+  r.on_stall();
+  r.on_stall();
+  r.on_stall();
+  EXPECT_EQ(r.prefetch_distance(), 16u);
+  r.on_prefetch_idle(50);
+  EXPECT_EQ(r.prefetch_distance(), 16u);
+  r.on_prefetch_idle(500);
+  EXPECT_EQ(r.prefetch_distance(), 15u);
+}
+
+TEST(AccessRecorder, RecordsOneStepAndFindsNextUses) {
+  access_recorder r;
+  r.begin_step(1000);
+  const std::size_t a = r.on_track(10, 5, true, 1000);
+  const std::size_t b = r.on_track(20, 0, true, 1100);
+  r.on_access(b, 1200);
+  r.on_access(a, 1300);
+  r.on_untrack(a, 1400);
+  r.begin_step(2000);
+  const step_record* prev = r.previous();
+  ASSERT_NE(prev, nullptr);
+  EXPECT_EQ(prev->peak_live_bytes, 30u);
+  EXPECT_EQ(prev->events.size(), 5u);
+  EXPECT_EQ(prev->next_use_after(a, 0), 300);
+  EXPECT_FALSE(prev->next_use_after(a, 300).has_value());
+  EXPECT_TRUE(prev->matches(b, 20));
+  EXPECT_FALSE(prev->matches(b, 21));
+  EXPECT_EQ(prev->duration_ns, 1000);
+}
+
+TEST(Runtime, PrefetchAheadFollowsTheRecordedStepAndDistanceAdapts) {
+  runtime_rig rig({.latency_ns = 1000});
+  memory_runtime::options o;
+  o.proactive_offload = false;
+  o.recorder.initial_distance = 1;
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, o);
+  constexpr int n = 6;
+  for (int s = 0; s < 3; ++s) {
+    std::vector<std::unique_ptr<fake_binding>> bs;
+    std::vector<tensor_id> ids;
+    for (int i = 0; i < n; ++i) {
+      bs.push_back(std::make_unique<fake_binding>(rig, 128 * KiB, std::uint64_t(100 * s + i)));
+      ids.push_back(rt.track(*bs.back(), bs.back()->bytes(), rig.compute, 0));
+      rig.clk.advance(100);
+    }
+    if (s > 0) {
+      for (tensor_id id : ids) ASSERT_TRUE(rt.offload(id));
+      rig.clk.advance(100'000);
+      rt.poll();
+    }
+    for (int i = n - 1; i >= 0; --i) {
+      rt.access(ids[std::size_t(i)]);
+      EXPECT_TRUE(bs[std::size_t(i)]->verify());
+      rig.clk.advance(100);
+    }
+    for (tensor_id id : ids) rt.untrack(id);
+    rt.step();
+  }
+  const runtime_stats st = rt.stats();
+  EXPECT_GT(st.prefetches, 0u);
+  EXPECT_GT(st.prefetch_distance, 1u);  // stalls pushed prefetching earlier
+}
+
+}  // namespace
+}  // namespace tp
