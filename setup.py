@@ -182,7 +182,14 @@ class build_py_with_pth(build_py):
         return [*super().get_outputs(include_bytecode), os.path.join(self.build_lib, PTH_NAME)]
 
 
+# setuptools' own folders go under build/pip, apart from the CMake build in
+# build/, and the egg-info stays out of python/: there it would shadow the
+# installed distribution for anything run with PYTHONPATH=python.
+SETUPTOOLS_DIR = os.path.join("build", "pip")
+os.makedirs(SETUPTOOLS_DIR, exist_ok=True)
+
 setup(
     ext_modules=[CMakeExtension("tensorpager._C", target="_C")],
     cmdclass={"build_ext": cmake_build_ext, "build_py": build_py_with_pth},
+    options={"build": {"build_base": SETUPTOOLS_DIR}, "egg_info": {"egg_base": SETUPTOOLS_DIR}},
 )

@@ -16,10 +16,12 @@ from conftest import PYTHON_DIR, clean_env, run_python
 
 
 def _distribution() -> importlib.metadata.Distribution | None:
-    try:
-        return importlib.metadata.distribution("tensorpager")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    """The tensorpager installed in site-packages (not metadata a source tree on PYTHONPATH may hold)."""
+    site = [sysconfig.get_paths()[k] for k in ("purelib", "platlib")]
+    for dist in importlib.metadata.distributions(path=site):
+        if dist.metadata["Name"] == "tensorpager":
+            return dist
+    return None
 
 
 DIST = _distribution()
