@@ -31,6 +31,7 @@
 
 #include "core/errors.hpp"
 #include "hooks/config/config.hpp"
+#include "hooks/optim/optim_bindings.hpp"
 #include "hooks/tensorpager.hpp"
 
 namespace py = pybind11;
@@ -144,4 +145,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("device_kind", &tensorpager::device_kind, "'cpu' or 'cuda': the installed adapter's device.");
   m.def("config_keys", &config_key_list,
         "Every configuration key, in documentation order: dicts of name, kind, accepted, default, description.");
+  tp::hooks::register_optim(m);  // AdamA and the activation codec (optim_bindings.hpp)
 }
