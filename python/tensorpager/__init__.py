@@ -44,6 +44,9 @@ __all__ = [
     "device_kind",
     "parse_size",
     "KEYS",
+    "optim",
+    "compress",
+    "microbatch",
 ]
 
 #: Every configuration key tensorpager accepts.
@@ -266,3 +269,17 @@ def snapshot() -> list[dict[str, Any]]:
 def device_kind() -> str:
     """``"cuda"`` or ``"cpu"``: which adapter the installed allocator uses."""
     return str(_load_ext().device_kind())
+
+
+# Training techniques (issue 7), loaded on first access because each imports
+# torch: tp.optim.AdamA, tp.compress(...) (a callable module: the context
+# manager, plus tp.compress.stats()), tp.microbatch(...) (callable too).
+_LAZY_SUBMODULES = ("optim", "compress", "microbatch")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"tensorpager.{name}")
+    raise AttributeError(f"module 'tensorpager' has no attribute {name!r}")
