@@ -187,6 +187,7 @@ void memory_runtime::step() {
   by_ordinal_.clear();
   ++stats_.steps;
   plan_locked();
+  publish_summary_locked();
 }
 
 void memory_runtime::plan_locked() {
@@ -248,6 +249,10 @@ std::size_t memory_runtime::prefetch_distance() const {
 
 runtime_stats memory_runtime::stats() const {
   lock_type lock(mu_);
+  return stats_locked();
+}
+
+runtime_stats memory_runtime::stats_locked() const {
   runtime_stats s = stats_;
   const transfer_stats& e = engine_.stats();
   s.offloaded_bytes = e.offloaded_bytes;
@@ -272,12 +277,21 @@ runtime_stats memory_runtime::stats() const {
   return s;
 }
 
+void memory_runtime::publish_summary_locked() {
+  const runtime_stats s = stats_locked();
+  summary_tracked_.store(s.tracked, std::memory_order_relaxed);
+  summary_evictable_.store(s.evictable_bytes, std::memory_order_relaxed);
+  summary_on_host_.store(s.on_host_bytes, std::memory_order_relaxed);
+  summary_dropped_.store(s.dropped_bytes, std::memory_order_relaxed);
+}
+
 std::string memory_runtime::describe() const {
-  const runtime_stats s = stats();
-  if (s.tracked == 0) return {};
-  return fmt::format("runtime: {} tensors tracked, evictable {}, offloaded {}, dropped {}", s.tracked,
-                     format_bytes(s.evictable_bytes), format_bytes(s.on_host_bytes),
-                     format_bytes(s.dropped_bytes));
+  const std::size_t tracked = summary_tracked_.load(std::memory_order_relaxed);
+  if (tracked == 0) return {};
+  return fmt::format("runtime: {} tensors tracked, evictable {}, offloaded {}, dropped {}", tracked,
+                     format_bytes(summary_evictable_.load(std::memory_order_relaxed)),
+                     format_bytes(summary_on_host_.load(std::memory_order_relaxed)),
+                     format_bytes(summary_dropped_.load(std::memory_order_relaxed)));
 }
 
 void memory_runtime::notice_once(bool& said, std::string_view what) {

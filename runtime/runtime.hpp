@@ -26,6 +26,7 @@
 // returns 0 at once, the allocation fails, and the prefetch is left to the
 // access itself.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -116,6 +117,10 @@ class memory_runtime final : public reclaimer {
 
   /// Note [Reclaim] in caching_allocator.hpp: evicts until `bytes` are freed.
   std::size_t reclaim(std::size_t bytes, stream_id stream) override;
+  /// Takes no lock: the allocator calls it with its own lock held (inside
+  /// throw_oom), and taking the runtime's lock there would invert the order
+  /// runtime -> allocator. It reads a summary published by reclaim() and
+  /// step(), so it is as fresh as the last reclaim, which precedes every OOM.
   std::string describe() const override;
 
   tensor_state state(tensor_id id) const;
@@ -147,6 +152,8 @@ class memory_runtime final : public reclaimer {
   void proactive_offload_locked();
   void plan_locked();
   void notice_once(bool& said, std::string_view what);
+  runtime_stats stats_locked() const;
+  void publish_summary_locked();
 
   device& dev_;
   caching_allocator& alloc_;
@@ -165,6 +172,11 @@ class memory_runtime final : public reclaimer {
   bool speculative_ = false;  // Note [Prefetch never evicts]
   bool said_host_full_ = false;
   runtime_stats stats_;
+  // describe()'s lock-free summary.
+  std::atomic<std::size_t> summary_tracked_{0};
+  std::atomic<std::size_t> summary_evictable_{0};
+  std::atomic<std::size_t> summary_on_host_{0};
+  std::atomic<std::size_t> summary_dropped_{0};
 };
 
 }  // namespace tp

@@ -114,6 +114,7 @@ std::size_t memory_runtime::reclaim(std::size_t bytes, stream_id /*stream*/) {
   }
   for (managed_tensor* t : kept) make_candidate(*t);
   stats_.reclaimed_bytes += freed;
+  publish_summary_locked();
   return freed;
 }
 
