@@ -69,4 +69,36 @@ inline mixed_workload make_mixed_workload(const mixed_shape& shape = {}) {
   return w;
 }
 
+/// A workload replayed through a Source (allocate(bytes) -> void*,
+/// deallocate(ptr, bytes)): the window is allocated on construction; each
+/// step frees one block and allocates the next, wrapping around the
+/// sequence. Requires: drain() before the Source goes away.
+template <class Source>
+class mixed_window {
+ public:
+  mixed_window(const mixed_workload& w, Source& src) : w_(w), src_(src), bytes_(w.initial) {
+    for (std::size_t b : bytes_) ptrs_.push_back(src_.allocate(b));
+  }
+  void steps(std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint32_t v = w_.victims[cursor_];
+      src_.deallocate(ptrs_[v], bytes_[v]);
+      bytes_[v] = w_.sizes[cursor_];
+      ptrs_[v] = src_.allocate(bytes_[v]);
+      if (++cursor_ == w_.sizes.size()) cursor_ = 0;
+    }
+  }
+  void drain() {
+    for (std::size_t i = 0; i < ptrs_.size(); ++i) src_.deallocate(ptrs_[i], bytes_[i]);
+    ptrs_.clear();
+  }
+
+ private:
+  const mixed_workload& w_;
+  Source& src_;
+  std::vector<std::size_t> bytes_;
+  std::vector<void*> ptrs_;
+  std::size_t cursor_ = 0;
+};
+
 }  // namespace tp::bench
