@@ -17,6 +17,8 @@
 // the adapter that made them. The cost is a few hundred bytes per install.
 
 #include <cstddef>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +30,8 @@
 #include "device/simulated_device.hpp"
 #include "hooks/allocator_control.hpp"
 #include "hooks/config/config.hpp"
+#include "hooks/profiler_glue.hpp"
+#include "profiler/allocator_recorder.hpp"
 
 namespace tp::hooks {
 
@@ -39,7 +43,7 @@ namespace tp::hooks {
 /// Lifetime: see Note [Adapters live forever].
 /// Errors: allocate() throws c10::OutOfMemoryError carrying tensorpager's
 /// out-of-memory message; deleters never throw.
-class cpu_adapter final : public c10::Allocator, public allocator_control {
+class cpu_adapter final : public c10::Allocator, public allocator_control, public event_log_attachable {
  public:
   /// The largest number of adapters one process may create (each install
   /// after an uninstall creates one).
@@ -76,6 +80,9 @@ class cpu_adapter final : public c10::Allocator, public allocator_control {
   void release_cache() override;
   void reset_peaks() override;
 
+  // --- event_log_attachable (the timeline, profiler_glue.hpp) ------------------
+  void attach_event_log(profiler::event_log* log) override;
+
  private:
   explicit cpu_adapter(const config& cfg);
   ~cpu_adapter() override = default;
@@ -89,6 +96,8 @@ class cpu_adapter final : public c10::Allocator, public allocator_control {
   simulated_device device_;
   caching_allocator allocator_;
   c10::Allocator* previous_ = nullptr;  // set while installed
+  std::mutex recorder_mutex_;           // serialises attach_event_log()
+  std::unique_ptr<profiler::allocator_recorder> recorder_;  // observes allocator_ while recording
 };
 
 }  // namespace tp::hooks

@@ -115,6 +115,7 @@ caching_allocator& cuda_adapter::allocator_for(c10::DeviceIndex device) {
   state->allocator = std::make_unique<caching_allocator>(*state->device, opts);
   caching_allocator* a = state->allocator.get();
   states_[i] = std::move(state);
+  if (event_log_ != nullptr) attach_recorder(i);
   allocators_[i].store(a, std::memory_order_release);
   std::size_t limit = device_limit_.load();
   while (limit < i + 1 && !device_limit_.compare_exchange_weak(limit, i + 1)) {

@@ -33,6 +33,8 @@
 #include "device/cuda/cuda_device.hpp"
 #include "hooks/allocator_control.hpp"
 #include "hooks/config/config.hpp"
+#include "hooks/profiler_glue.hpp"
+#include "profiler/allocator_recorder.hpp"
 
 #define TP_TORCH_API (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR)
 #if TP_TORCH_API < 211
@@ -57,7 +59,9 @@ namespace tp::hooks {
 /// Errors: out of memory throws c10::OutOfMemoryError with tensorpager's
 /// message; unsupported features throw c10::NotImplementedError, see Note
 /// [Unsupported features] in cuda_adapter_unsupported.cpp.
-class cuda_adapter final : public c10::cuda::CUDACachingAllocator::CUDAAllocator, public allocator_control {
+class cuda_adapter final : public c10::cuda::CUDACachingAllocator::CUDAAllocator,
+                           public allocator_control,
+                           public event_log_attachable {
  public:
   using OutOfMemoryObserver = c10::cuda::CUDACachingAllocator::OutOfMemoryObserver;
   using AllocatorTraceTracker = c10::CachingDeviceAllocator::AllocatorTraceTracker;
@@ -139,6 +143,9 @@ class cuda_adapter final : public c10::cuda::CUDACachingAllocator::CUDAAllocator
   void release_cache() override;
   void reset_peaks() override;
 
+  // --- event_log_attachable (the timeline, profiler_glue.hpp) ------------------
+  void attach_event_log(profiler::event_log* log) override;
+
  private:
   static constexpr std::size_t max_devices = C10_COMPILE_TIME_MAX_GPUS;
 
@@ -146,6 +153,7 @@ class cuda_adapter final : public c10::cuda::CUDACachingAllocator::CUDAAllocator
     std::unique_ptr<cuda_device> device;
     std::unique_ptr<caching_allocator> allocator;
     std::size_t total_bytes = 0;
+    std::unique_ptr<profiler::allocator_recorder> recorder;  // while a timeline records
   };
 
   explicit cuda_adapter(const config& cfg);
@@ -183,6 +191,11 @@ class cuda_adapter final : public c10::cuda::CUDACachingAllocator::CUDAAllocator
   std::array<std::unique_ptr<device_state>, max_devices> states_;
   /// Set by change_budget(): the budget for every device, opened or not.
   std::optional<std::optional<std::size_t>> budget_override_;
+  /// The timeline's log, attached to devices as they open. Guarded by open_mutex_.
+  profiler::event_log* event_log_ = nullptr;
+  /// Records device i's allocator into event_log_ (or stops, when it is
+  /// null). Requires: open_mutex_ held, states_[i] set.
+  void attach_recorder(std::size_t i);
 
   std::mutex observers_mutex_;  // guards the two lists
   std::vector<OutOfMemoryObserver> oom_observers_;

@@ -236,4 +236,31 @@ void cuda_adapter::reset_peaks() {
   if (caching_allocator* a = opened(c10::cuda::current_device())) a->reset_peak_stats();
 }
 
+// --- the timeline -----------------------------------------------------------------
+
+void cuda_adapter::attach_event_log(profiler::event_log* log) {
+  std::lock_guard lock(open_mutex_);
+  event_log_ = log;
+  for (std::size_t i = 0; i < max_devices; ++i) {
+    if (states_[i] != nullptr) attach_recorder(i);
+  }
+}
+
+void cuda_adapter::attach_recorder(std::size_t i) {
+  device_state& state = *states_[i];
+  if (event_log_ == nullptr) {
+    state.allocator->set_observer(nullptr);
+    state.recorder.reset();  // safe: set_observer() returned, so no event is on its way in
+    return;
+  }
+  // Note [Recording start] in profiler_glue.cpp.
+  const auto device = static_cast<std::int16_t>(i);
+  auto recorder = std::make_unique<profiler::allocator_recorder>(*event_log_, device);
+  event_log_->set_device_name(device, "cuda:" + std::to_string(i) + ", " + state.device->name());
+  const std::optional<std::size_t> budget = state.allocator->budget();
+  event_log_->add_initial({device, state.allocator->snapshot(), budget ? static_cast<std::int64_t>(*budget) : -1});
+  state.allocator->set_observer(recorder.get());
+  state.recorder = std::move(recorder);
+}
+
 }  // namespace tp::hooks

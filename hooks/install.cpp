@@ -12,6 +12,7 @@
 #include "core/errors.hpp"
 #include "hooks/config/config.hpp"
 #include "hooks/cpu_adapter.hpp"
+#include "hooks/profiler_glue.hpp"
 #include "hooks/tensorpager.hpp"
 #if TP_HOOKS_WITH_CUDA
 #include "hooks/cuda_adapter.hpp"
@@ -89,22 +90,27 @@ void install(const std::string& conf) {
     (void)cfg.budget->resolve_for_device(cfg.sim_capacity, "the simulated device behind the cpu adapter");
   }
   warn_inert_settings(cfg);
+  tp::hooks::check_timeline_config(cfg);
+  tp::hooks::event_log_attachable* recordable = nullptr;
   if (cfg.device == tp::device_kind::cpu) {
     tp::hooks::cpu_adapter& adapter = tp::hooks::cpu_adapter::create(cfg);
     adapter.install();
     r.cpu = &adapter;
     r.active = &adapter;
+    recordable = &adapter;
   } else {
 #if TP_HOOKS_WITH_CUDA
     tp::hooks::cuda_adapter& adapter = tp::hooks::cuda_adapter::create(cfg);
     adapter.install();
     r.active = &adapter;
+    recordable = &adapter;
 #else
     throw tp::config_error(source + ": device:cuda needs tensorpager built with TP_WITH_CUDA=ON (and the CUDA "
                            "toolkit); this build supports device:cpu only");
 #endif
   }
   r.config = cfg;
+  tp::hooks::on_adapter_installed(*recordable, cfg);  // the timeline (profiler_glue.hpp)
 }
 
 void uninstall() {
@@ -115,6 +121,7 @@ void uninstall() {
     throw tp::error("tensorpager: uninstall() supports device:cpu only; PyTorch cannot switch CUDA allocators "
                     "while tensors live");
   }
+  tp::hooks::on_adapter_uninstalled();
   r.cpu->uninstall();
   r.cpu = nullptr;
   r.active = nullptr;

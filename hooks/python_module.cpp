@@ -32,6 +32,7 @@
 #include "core/errors.hpp"
 #include "hooks/config/config.hpp"
 #include "hooks/optim/optim_bindings.hpp"
+#include "hooks/profiler_glue.hpp"
 #include "hooks/tensorpager.hpp"
 
 namespace py = pybind11;
@@ -146,4 +147,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("config_keys", &config_key_list,
         "Every configuration key, in documentation order: dicts of name, kind, accepted, default, description.");
   tp::hooks::register_optim(m);  // AdamA and the activation codec (optim_bindings.hpp)
+  tp::hooks::register_profiler(m);  // the timeline functions (profiler_bindings.cpp)
 }

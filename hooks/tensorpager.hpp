@@ -100,6 +100,38 @@ void reset_peak_stats();
 /// when nothing is installed.
 std::vector<tp::segment_snapshot> snapshot();
 
+// --- memory timelines (hooks/profiler_glue.cpp; docs/timelines.md) ----------
+
+/// Starts recording the installed allocator's events into a new event log of
+/// at most max_events events (0: the TENSORPAGER_TIMELINE_EVENTS variable,
+/// else 1 Mi events, 80 MiB at most); a recording in progress is replaced.
+/// The `timeline:PATH` key starts one at install and dumps it to PATH at
+/// exit. Throws tp::error when nothing is installed.
+void start_timeline(std::size_t max_events = 0);
+
+/// Stops recording; the events so far stay available to dump_timeline().
+/// Does nothing when not recording.
+void stop_timeline();
+
+/// Whether a timeline is being recorded.
+bool timeline_recording();
+
+/// Writes the current (or last) recording to path, in the format its
+/// extension names: .json (Perfetto / chrome://tracing), .pickle (PyTorch's
+/// memory_viz), .html (a self-contained page), .txt (a text report); top_n
+/// rows in the largest-blocks tables. Throws tp::invalid_argument for another
+/// extension, tp::error when nothing was recorded or the file cannot be
+/// written. Safe while recording continues.
+void dump_timeline(const std::string& path, std::size_t top_n = 20);
+
+/// The text report of the current (or last) recording (what a .txt dump
+/// holds). Throws tp::error when nothing was recorded.
+std::string timeline_report(std::size_t top_n = 20);
+
+/// Records a step boundary (the end of training step `index`) into the
+/// current recording; does nothing when not recording.
+void mark_step(std::int64_t index);
+
 /// Sets a budget for the lifetime of the object and restores the previous one
 /// when it ends (DESIGN.md, "How a user meets it"). Not copyable or movable.
 /// Restoring can fail only if memory in use then exceeds the old budget; the

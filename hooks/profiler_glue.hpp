@@ -1,0 +1,72 @@
+#pragma once
+// The process's timeline: which event log records the installed adapter's
+// allocators, starting and stopping it, dumping it, and the dump at exit that
+// the `timeline` key asks for. Includes no torch (the adapters implement
+// event_log_attachable; the Python bindings are hooks/profiler_bindings.cpp).
+//
+// Note [One timeline per process]
+// Like the installed adapter (install.cpp), the timeline is process state,
+// so it lives here in hooks/, in one leaked object: the atexit dump and
+// tensors freed during static destruction may use it after main returns.
+// It holds the current log (shared, so a caller that got it keeps it alive)
+// and keeps the last log after stop_timeline(), so a dump after the run
+// still has the data. Starting again replaces the log: the old one is
+// detached first (caching_allocator::set_observer takes the allocator's
+// lock, so once it returns no event is on its way into the old log).
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hooks/config/config.hpp"
+#include "profiler/event_log.hpp"
+
+namespace tp::hooks {
+
+/// An adapter whose allocators can be recorded. Implemented by cpu_adapter
+/// and cuda_adapter.
+class event_log_attachable {
+ public:
+  virtual ~event_log_attachable() = default;
+  /// Makes every allocator of the adapter, and every one it opens later,
+  /// record into `log` (nullptr: stop recording), after adding each
+  /// allocator's current segments and budget to the log's initial state and
+  /// naming its device (Note [Recording start] in profiler_glue.cpp). The
+  /// log must outlive its attachment. Thread-safe; throws std::bad_alloc.
+  virtual void attach_event_log(profiler::event_log* log) = 0;
+};
+
+/// The default cap on events, and the environment variable that overrides it
+/// until the configuration has a key for it.
+inline constexpr std::size_t default_timeline_events = std::size_t{1} << 20;
+inline constexpr const char* timeline_events_env = "TENSORPAGER_TIMELINE_EVENTS";
+
+/// install() calls this before it installs anything: throws tp::config_error
+/// when cfg.timeline's extension names no format, or
+/// TENSORPAGER_TIMELINE_EVENTS is malformed.
+void check_timeline_config(const config& cfg);
+
+/// install() calls this once the adapter is installed and registered: it
+/// remembers the adapter and, when cfg.timeline names a file, starts
+/// recording and arranges the dump to that file at exit (Note [Dump at exit]
+/// in profiler_glue.cpp). Throws std::bad_alloc.
+void on_adapter_installed(event_log_attachable& adapter, const config& cfg);
+/// uninstall() calls this: recording stops (the data stays dumpable) and the
+/// adapter is forgotten.
+void on_adapter_uninstalled();
+
+/// The log recording now, or nullptr. For the runtime, which records its own
+/// events into it (event_log::record). Thread-safe.
+std::shared_ptr<profiler::event_log> current_event_log();
+/// The log recording now or, after stop_timeline(), the last one; nullptr
+/// when nothing was recorded. Thread-safe.
+std::shared_ptr<profiler::event_log> last_event_log();
+
+#if defined(PYBIND11_VERSION_MAJOR)
+/// Adds the timeline functions to the extension module tensorpager._C
+/// (profiler_bindings.cpp). Declared only where pybind11 is included first.
+void register_profiler(pybind11::module_& m);
+#endif
+
+}  // namespace tp::hooks
