@@ -47,6 +47,12 @@ __all__ = [
     "optim",
     "compress",
     "microbatch",
+    "start_timeline",
+    "stop_timeline",
+    "dump_timeline",
+    "dump_snapshot",
+    "report",
+    "mark_step",
 ]
 
 #: Every configuration key tensorpager accepts.
@@ -109,6 +115,7 @@ def install(conf: str | None = None, **options: Any) -> None:
     # override an explicit install(""); "backend:tensorpager" is every default.
     ext.install(text or "backend:tensorpager")
     _device_source = source
+    _track_phases_if_recording(ext)  # the timeline key starts a recording (timeline.py)
 
 
 def uninstall() -> None:
@@ -269,6 +276,79 @@ def snapshot() -> list[dict[str, Any]]:
 def device_kind() -> str:
     """``"cuda"`` or ``"cpu"``: which adapter the installed allocator uses."""
     return str(_load_ext().device_kind())
+
+
+# --- memory timelines (timeline.py, docs/timelines.md) ------------------------
+
+
+def start_timeline(max_events: int | None = None, *, track_phases: bool = True) -> None:
+    """Starts recording a memory timeline; a recording in progress is replaced.
+
+    The ``timeline:PATH`` configuration key starts one at install and writes it
+    to PATH at exit.
+
+    Args:
+        max_events: the most events kept (80 bytes each); later ones are
+            counted as dropped. None: ``TENSORPAGER_TIMELINE_EVENTS``, else
+            1048576.
+        track_phases: label allocations with the module and the training phase
+            (forward, backward, optimizer step) through PyTorch's global hooks.
+
+    Raises:
+        RuntimeError: tensorpager is not installed.
+    """
+    ext = _load_ext()
+    ext.timeline_start(int(max_events or 0))
+    if track_phases:
+        from tensorpager import timeline
+
+        timeline.start(ext)
+
+
+def stop_timeline() -> None:
+    """Stops recording (and phase tracking); what was recorded stays dumpable."""
+    from tensorpager import timeline
+
+    timeline.stop()
+    _load_ext().timeline_stop()
+
+
+def dump_timeline(path: str | os.PathLike[str], top: int = 20) -> None:
+    """Writes the current (or last) recording, in the format the extension names.
+
+    ``.json``: Perfetto / chrome://tracing; ``.pickle``: PyTorch's memory_viz;
+    ``.html``: a self-contained page; ``.txt``: the text report. ``top`` rows
+    in the tables of the largest blocks live at the peak.
+
+    Raises:
+        ValueError: another extension.
+        RuntimeError: nothing was recorded, or the file cannot be written.
+    """
+    _load_ext().timeline_dump(os.fspath(path), int(top))
+
+
+def dump_snapshot(path: str | os.PathLike[str]) -> None:
+    """Writes the recording as a memory_viz snapshot pickle, whatever the file's name."""
+    _load_ext().timeline_dump(os.fspath(path), 20, "pickle")
+
+
+def report(top: int = 20) -> str:
+    """The text report of the current (or last) recording: totals and the largest blocks at the peak."""
+    return str(_load_ext().timeline_report(int(top)))
+
+
+def mark_step() -> None:
+    """Records a step boundary. Phase tracking does this after each optimizer step already."""
+    from tensorpager import timeline
+
+    timeline.mark_step(_load_ext())
+
+
+def _track_phases_if_recording(ext: Any) -> None:
+    if ext.timeline_info()["recording"]:
+        from tensorpager import timeline
+
+        timeline.start(ext)
 
 
 # Training techniques (issue 7), loaded on first access because each imports

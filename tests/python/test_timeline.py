@@ -1,0 +1,356 @@
+"""Memory timelines from Python: the JSON trace, the memory_viz pickle, the
+report, the timeline key, phase tracking and ``python -m tensorpager.viz``.
+
+One child process records a run (training steps, exact allocations with
+markers, synthetic runtime events, since the runtime does not emit yet) and
+writes every format; the tests read its files. The HTML page and its
+rendering are in test_timeline_html.py.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import pickletools
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import PYTHON_DIR, clean_env, requires_ext, run_python
+
+pytestmark = requires_ext
+
+RECORD = r"""
+import json, sys, torch
+import torch.nn as nn
+import tensorpager as tp
+out_dir = sys.argv[1] if len(sys.argv) > 1 else {out_dir!r}
+tp.install(device="cpu", budget="512MiB")
+tp.start_timeline()
+C = tp._load_ext()
+stats_at = []
+
+def mark(k):
+    # A marker event (a zero-length stall with a recognisable id), then the
+    # allocator's statistics at that point.
+    C.timeline_record("stall", id=1000 + k, detail=0)
+    s = tp.stats()
+    stats_at.append([1000 + k, s["allocated_bytes.all.current"], s["reserved_bytes.all.current"]])
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+for _ in range(3):
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+mark(0)
+held = []
+for k, mib in enumerate([1, 3, 5, 7]):
+    held.append(torch.empty(mib << 20, dtype=torch.uint8))
+    mark(1 + k)
+# The runtime's events around one tensor: offloaded, evicted, freed; then
+# prefetched into a new block; a recomputation; an offload still running.
+addr = held[1].untyped_storage().data_ptr()
+C.timeline_record("offload_begin", id=1, bytes=3 << 20, address=addr)
+C.timeline_record("offload_end", id=1, bytes=3 << 20, address=addr, host_bytes=3 << 20)
+C.timeline_record("eviction", id=1, bytes=3 << 20, address=addr, detail=0)
+del held[1]
+mark(5)
+back = torch.empty(3 << 20, dtype=torch.uint8)
+paddr = back.untyped_storage().data_ptr()
+C.timeline_record("prefetch_begin", id=1, bytes=3 << 20, address=paddr)
+C.timeline_record("prefetch_end", id=1, bytes=3 << 20, address=paddr, host_bytes=0)
+C.timeline_record("recompute_begin", id=2, bytes=1 << 20)
+C.timeline_record("recompute_end", id=2, bytes=1 << 20)
+C.timeline_record("offload_begin", id=3, bytes=1 << 20)
+tp.mark_step()
+del held[:2]
+mark(6)
+final = tp.stats()
+for ext in ("json", "pickle", "html", "txt"):
+    tp.dump_timeline(f"{{out_dir}}/run.{{ext}}", top=10)
+tp.dump_snapshot(f"{{out_dir}}/snapshot.bin")
+print(json.dumps({{"stats_at": stats_at, "final": final, "report": tp.report(top=10),
+                  "info": C.timeline_info()}}))
+"""
+
+
+@pytest.fixture(scope="session")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("timeline")
+    proc = run_python(RECORD.format(out_dir=str(out)))
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["dir"] = out
+    return result
+
+
+def load_json(run: dict[str, Any]) -> dict[str, Any]:
+    return json.loads((run["dir"] / "run.json").read_text())
+
+
+# --- Perfetto JSON ---------------------------------------------------------------
+
+
+def test_json_parses_and_carries_the_saved_timeline(run: dict[str, Any]) -> None:
+    doc = load_json(run)
+    assert doc["otherData"]["producer"] == "tensorpager"
+    assert doc["otherData"]["dropped_events"] == 0
+    saved = doc["tensorpager"]
+    assert saved["format"] == "tensorpager.timeline"
+    assert len(saved["events"]) == run["info"]["events"]
+
+
+def test_json_async_begins_have_ends(run: dict[str, Any]) -> None:
+    open_slices: dict[tuple[str, str, int], int] = {}
+    begins = 0
+    unfinished = 0
+    for e in load_json(run)["traceEvents"]:
+        if e["ph"] not in ("b", "e"):
+            continue
+        key = (e["cat"], e["name"], e["id"])
+        if e["ph"] == "b":
+            open_slices[key] = open_slices.get(key, 0) + 1
+            begins += 1
+        else:
+            assert open_slices.get(key, 0) > 0, f"an end without a begin: {e}"
+            open_slices[key] -= 1
+            unfinished += bool(e.get("args", {}).get("unfinished"))
+    assert begins == 4  # offload 1, prefetch 1, recompute 2, offload 3 (still running)
+    assert all(n == 0 for n in open_slices.values())
+    assert unfinished == 1
+
+
+def test_json_timestamps_are_monotone_per_track(run: dict[str, Any]) -> None:
+    last: dict[tuple[Any, ...], float] = {}
+    for e in load_json(run)["traceEvents"]:
+        if e["ph"] == "M":
+            continue
+        track = (e["pid"], e["name"]) if e["ph"] == "C" else (e["pid"], e["tid"])
+        assert last.get(track, float("-inf")) <= e["ts"], f"{track} goes back in time at {e}"
+        last[track] = e["ts"]
+
+
+def test_json_counters_equal_the_allocator_statistics_at_each_marker(run: dict[str, Any]) -> None:
+    doc = load_json(run)
+    counters: dict[str, list[tuple[float, int]]] = {}
+    markers: dict[int, float] = {}
+    for e in doc["traceEvents"]:
+        if e["ph"] == "C":
+            counters.setdefault(e["name"], []).append((e["ts"], e["args"]["bytes"]))
+        elif e["ph"] == "i" and e["name"] == "stall":
+            markers[e["args"]["tensor"]] = e["ts"]
+
+    def value_at(name: str, ts: float) -> int:
+        return [v for t, v in counters[name] if t <= ts][-1]
+
+    assert len(markers) == len(run["stats_at"]) == 7
+    for marker, allocated, reserved in run["stats_at"]:
+        assert value_at("allocated", markers[marker]) == allocated, marker
+        assert value_at("reserved", markers[marker]) == reserved, marker
+    assert value_at("budget", markers[1006]) == 512 << 20
+    assert value_at("host (offloaded)", markers[1005]) == 3 << 20
+    assert value_at("host (offloaded)", markers[1006]) == 0
+
+
+def test_json_reports_dropped_events_when_the_cap_is_hit(tmp_path: Path) -> None:
+    proc = run_python(f"""
+        import torch, tensorpager as tp
+        tp.install(device="cpu")
+        tp.start_timeline(max_events=40)
+        for _ in range(100):
+            t = torch.empty(4096)
+            del t
+        tp.dump_timeline({str(tmp_path / "capped.json")!r})
+        print(tp.report())
+    """)
+    doc = json.loads((tmp_path / "capped.json").read_text())
+    dropped = doc["otherData"]["dropped_events"]
+    assert dropped > 0
+    assert doc["otherData"]["max_events"] == 40
+    assert len(doc["tensorpager"]["events"]) + dropped >= 300  # alloc, free_requested, free_completed each
+    assert any(e["ph"] == "i" and e["name"] == "events dropped: log full" and e["args"]["dropped_events"] == dropped
+               for e in doc["traceEvents"])
+    assert "WARNING: the log was full" in proc.stdout
+
+
+# --- memory_viz pickle ----------------------------------------------------------
+
+# The opcodes of MemoryViz.js's unpickler (Note [Pickle opcodes]).
+MEMORY_VIZ_OPCODES = {
+    "PROTO", "APPEND", "APPENDS", "LIST", "TUPLE", "NEWFALSE", "NEWTRUE", "NONE", "BINGET", "BININT", "BININT1",
+    "BININT2", "EMPTY_DICT", "EMPTY_LIST", "FRAME", "LONG1", "LONG_BINGET", "MARK", "MEMOIZE", "BINPUT",
+    "LONG_BINPUT", "SETITEMS", "SETITEM", "DICT", "SHORT_BINUNICODE", "BINUNICODE", "STOP", "EMPTY_TUPLE",
+    "TUPLE1", "TUPLE2", "TUPLE3", "BINFLOAT",
+}
+
+
+def load_pickle(run: dict[str, Any], name: str = "run.pickle") -> tuple[bytes, dict[str, Any]]:
+    data = (run["dir"] / name).read_bytes()
+    return data, pickle.loads(data)
+
+
+def test_pickle_loads_with_protocol_4_and_memory_viz_opcodes(run: dict[str, Any]) -> None:
+    data, snap = load_pickle(run)
+    ops = [op.name for op, _, _ in pickletools.genops(data)]
+    assert ops[0] == "PROTO" and data[1] <= 4
+    assert set(ops) <= MEMORY_VIZ_OPCODES, set(ops) - MEMORY_VIZ_OPCODES
+    assert (run["dir"] / "snapshot.bin").read_bytes() == data  # dump_snapshot() writes the same, any name
+
+
+def test_pickle_has_the_keys_and_actions_memory_viz_needs(run: dict[str, Any]) -> None:
+    _, snap = load_pickle(run)
+    assert {"segments", "device_traces"} <= snap.keys()
+    for seg in snap["segments"]:
+        assert {"device", "address", "total_size", "allocated_size", "active_size", "requested_size", "stream",
+                "segment_type", "blocks"} <= seg.keys()
+        assert sum(b["size"] for b in seg["blocks"]) == seg["total_size"]
+        for b in seg["blocks"]:
+            assert {"address", "size", "requested_size", "state", "frames"} <= b.keys()
+            assert b["state"] in ("active_allocated", "active_pending_free", "inactive")
+    actions = {e["action"] for e in snap["device_traces"][0]}
+    assert {"alloc", "free_requested", "free_completed", "segment_alloc"} <= actions
+    assert actions <= {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom"}
+    for e in snap["device_traces"][0]:
+        assert {"action", "addr", "size", "stream", "frames", "time_us"} <= e.keys()
+    categories = {e.get("category") for e in snap["device_traces"][0]}
+    assert "unknown" in categories  # memory_viz needs it once categories are used
+    assert {"activation", "gradient", "parameter", "optimizer_state"} <= categories
+
+
+def test_pickle_distinguishes_offloaded_and_prefetched_memory(run: dict[str, Any]) -> None:
+    _, snap = load_pickle(run)
+    trace = snap["device_traces"][0]
+    freed_to_host = [e for e in trace if e["action"] == "free_requested"
+                     and any("offloaded to host (tensor 1)" in f["name"] for f in e["frames"])]
+    assert len(freed_to_host) == 1 and freed_to_host[0]["size"] >= 3 << 20
+    prefetched = [e for e in trace if e["action"] == "alloc" and e["category"].endswith("(prefetched)")]
+    assert len(prefetched) == 1
+
+
+def test_replaying_the_device_traces_gives_the_final_statistics(run: dict[str, Any]) -> None:
+    _, snap = load_pickle(run)
+    allocated = reserved = active = segments = 0
+    for e in snap["device_traces"][0]:
+        size = e["size"]
+        allocated += {"alloc": size, "free_requested": -size}.get(e["action"], 0)
+        active += {"alloc": size, "free_completed": -size}.get(e["action"], 0)
+        reserved += {"segment_alloc": size, "segment_free": -size}.get(e["action"], 0)
+        segments += {"segment_alloc": 1, "segment_free": -1}.get(e["action"], 0)
+    final = run["final"]
+    assert allocated == final["allocated_bytes.all.current"]
+    assert reserved == final["reserved_bytes.all.current"]
+    assert active == final["active_bytes.all.current"]
+    assert segments == final["segment.all.current"] == len(snap["segments"])
+    assert sum(s["allocated_size"] for s in snap["segments"]) == allocated
+
+
+def test_torchs_own_memory_viz_tools_read_the_pickle(run: dict[str, Any]) -> None:
+    from torch.cuda import _memory_viz
+
+    _, snap = load_pickle(run)
+    assert "TOTAL MEM" in _memory_viz.trace(snap)
+    assert "segments" in _memory_viz.segsum(snap)
+    assert "snapshot.pickle" in _memory_viz.trace_plot(snap)
+
+
+# --- report, key, phases --------------------------------------------------------
+
+
+def test_report_and_txt_agree_and_name_the_figures(run: dict[str, Any]) -> None:
+    text = (run["dir"] / "run.txt").read_text()
+    assert text == run["report"]
+    for figure in ("peak allocated", "peak reserved", "offloaded to host     3.00 MiB in 1 transfer",
+                   "recomputed", "stalls", "largest blocks live at the peak", "4 steps"):
+        assert figure in text, figure
+
+
+def test_phase_tracking_labels_modules_and_categories(run: dict[str, Any]) -> None:
+    saved = load_json(run)["tensorpager"]
+    kinds, cats = saved["kinds"], saved["categories"]
+    allocs = [e for e in saved["events"] if kinds[e[1]] == "alloc"]
+    labels = {saved["labels"][e[12]] for e in allocs}
+    assert {"0 (Linear)", "2 (Linear)"} <= labels
+    seen = {cats[e[2]] for e in allocs}
+    assert {"activation", "gradient", "optimizer_state"} <= seen
+    tags = [e for e in saved["events"] if kinds[e[1]] == "tag"]
+    assert {cats[e[2]] for e in tags} >= {"parameter", "gradient", "optimizer_state"}
+    assert "0.weight (parameter)" in saved["labels"]
+
+
+def test_timeline_key_dumps_at_exit(tmp_path: Path) -> None:
+    path = tmp_path / "exit.json"
+    proc = run_python("""
+        import torch
+        t = torch.ones(1 << 20)
+        del t
+    """, env=clean_env(TENSORPAGER_CONF=f"device:cpu,timeline:{path}"), hook=True)
+    doc = json.loads(path.read_text())
+    assert len(doc["tensorpager"]["events"]) >= 3
+    assert f"wrote the memory timeline to {path}" in proc.stderr
+
+
+def test_timeline_key_with_an_unknown_extension_is_refused(tmp_path: Path) -> None:
+    proc = run_python(f"""
+        import tensorpager as tp
+        try:
+            tp.install("device:cpu,timeline:{tmp_path}/run.trace")
+        except ValueError as e:
+            print("refused:", e)
+        print("installed:", tp.is_installed())
+    """)
+    assert "refused:" in proc.stdout and ".json" in proc.stdout
+    assert "installed: False" in proc.stdout
+
+
+def test_dump_without_a_recording_says_how_to_start_one() -> None:
+    proc = run_python("""
+        import tensorpager as tp
+        tp.install(device="cpu")
+        try:
+            tp.dump_timeline("/tmp/never.json")
+        except RuntimeError as e:
+            print("error:", e)
+    """)
+    assert "start_timeline()" in proc.stdout
+
+
+# --- python -m tensorpager.viz ----------------------------------------------------
+
+
+def viz(*args: str) -> subprocess.CompletedProcess[str]:
+    env = clean_env(PYTHONPATH=str(PYTHON_DIR))
+    return subprocess.run([sys.executable, "-m", "tensorpager.viz", *args], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.parametrize("source", ["run.json", "run.pickle"])
+def test_viz_converts_to_every_format(run: dict[str, Any], tmp_path: Path, source: str) -> None:
+    for target in ("out.json", "out.pickle", "out.html", "out.txt"):
+        proc = viz(str(run["dir"] / source), "-o", str(tmp_path / target), "--top", "10")
+        assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out.txt").read_text() == (run["dir"] / "run.txt").read_text()
+    assert json.loads((tmp_path / "out.json").read_text())["tensorpager"] == load_json(run)["tensorpager"]
+    assert pickle.loads((tmp_path / "out.pickle").read_bytes()) == load_pickle(run)[1]
+
+
+def test_viz_reads_a_pytorch_snapshot(run: dict[str, Any], tmp_path: Path) -> None:
+    _, snap = load_pickle(run)
+    del snap["tensorpager"]  # as PyTorch would write it
+    src = tmp_path / "torch.pickle"
+    src.write_bytes(pickle.dumps(snap))
+    proc = viz(str(src), "-o", str(tmp_path / "from_torch.txt"))
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "from_torch.txt").read_text()
+    assert "peak allocated" in text
+
+
+def test_viz_rejects_other_files(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": []}')
+    proc = viz(str(bad), "-o", str(tmp_path / "x.html"))
+    assert proc.returncode == 2
+    assert "not a tensorpager timeline" in proc.stderr
