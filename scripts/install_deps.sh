@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs what tensorpager needs to build and test, and only what is missing:
 # the GPU machine has no network, so nothing present is ever re-installed.
-#   Debian packages: a C++ toolchain, CMake, Ninja, fmt, GoogleTest, Google Benchmark.
+#   Debian packages: a C++ toolchain, CMake, Ninja, fmt, GoogleTest, Google Benchmark;
+#   optional ones (nlohmann-json for tests/profiler's JSON checks, Chromium for
+#   the HTML timeline render test), whose tests skip or are not built without
+#   them, so failing to install them (no network) is not an error.
 #   Python packages: torch==2.11.0 (only where torch is absent), numpy, pytest, wheel.
 # Usage: bash scripts/install_deps.sh [--no-python]
 set -euo pipefail
@@ -44,6 +47,22 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}"
 else
   log "Debian packages: all present"
+fi
+
+# Optional Debian package -> the file that proves it is installed.
+declare -A optional_probe=(
+  [nlohmann-json3-dev]=/usr/include/nlohmann/json.hpp
+  [chromium]=/usr/bin/chromium
+)
+optional=()
+for pkg in "${!optional_probe[@]}"; do
+  [[ -e "${optional_probe[$pkg]}" ]] || optional+=("$pkg")
+done
+if ((${#optional[@]})); then
+  log "installing optional Debian packages: ${optional[*]}"
+  if ! { as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${optional[@]}"; }; then
+    log "could not install ${optional[*]} (no network?): the tests that need them skip or are not built"
+  fi
 fi
 
 if ((want_python)); then

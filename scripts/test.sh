@@ -23,15 +23,19 @@ cmake --build build -j "$JOBS"
 step "C++ tests"
 ctest --test-dir build --output-on-failure -j "$JOBS"
 
+step "timeline recording overhead (informational: build/tests/profiler/tp_profiler_bench)"
+build/tests/profiler/tp_profiler_bench --summary_only
+
 if [[ "${TP_SKIP_SANITIZERS:-0}" != 1 ]]; then
   sanitized_targets=(simulated_device_test caching_allocator_test budget_and_reclaim_test
                      allocator_conformance_simulated_test caching_allocator_fuzz_test
                      pinned_host_pool_test allocator_observer_test config_test
-                     runtime_test eviction_policy_test runtime_budget_test runtime_fuzz_test)
+                     runtime_test eviction_policy_test runtime_budget_test runtime_fuzz_test
+                     event_log_test timeline_analysis_test)
   step "allocator and device tests under ASan + UBSan"
   tp_configure build-asan -DTP_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo
   cmake --build build-asan -j "$JOBS" --target "${sanitized_targets[@]}"
-  ctest --test-dir build-asan --output-on-failure -j "$JOBS" -L "allocator|device|fuzz|config|runtime"
+  ctest --test-dir build-asan --output-on-failure -j "$JOBS" -L "allocator|device|fuzz|config|runtime|profiler"
 
   step "threaded tests under TSan"
   tp_configure build-tsan -DTP_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo
