@@ -6,7 +6,8 @@
 //   timeline_info() -> dict                 (recording, recorded, events, dropped, max_events)
 //   timeline_dump(path: str, top: int = 20, format: str = "")   ("" : by extension)
 //   timeline_report(top: int = 20) -> str   timeline_step(index: int)
-//   timeline_intern(text: str) -> int       timeline_set_context(category: str, label: int)
+//   timeline_intern(text: str) -> int (0 when not recording)
+//   timeline_set_context(category: str, label: int)   (intern, set_context and tag: no-ops when not recording)
 //   timeline_tag(address: int, category: str, label: int = 0)
 //   timeline_record(kind: str, *, id, bytes, address, stream, detail, host_bytes, device, label)
 //   timeline_kinds() -> list[str]           timeline_categories() -> list[str]
@@ -217,8 +218,12 @@ void register_profiler(py::module_& m) {
         "The text report of the current or last recording.");
   m.def("timeline_step", &tensorpager::mark_step, arg("index"), "Records a step boundary (end of step index).");
   m.def(
-      "timeline_intern", [](const std::string& text) { return recording_log()->intern(text); }, arg("text"),
-      "The label id of text in the current recording.");
+      "timeline_intern",
+      [](const std::string& text) -> profiler::label_id {
+        const auto log = current_event_log();
+        return log != nullptr ? log->intern(text) : 0;
+      },
+      arg("text"), "The label id of text in the current recording (0 when not recording).");
   m.def(
       "timeline_set_context",
       [](const std::string& category, profiler::label_id label) {

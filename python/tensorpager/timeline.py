@@ -70,6 +70,13 @@ class _PhaseTracker:
             opt.register_optimizer_step_post_hook(self._step_post),
         ]
 
+    def reset(self) -> None:
+        """Forgets what belongs to the previous recording: label ids are per log,
+        and a new recording should tag the models' parameters again."""
+        self._labels.clear()
+        self._module_names = weakref.WeakKeyDictionary()
+        self._param_names.clear()
+
     def close(self) -> None:
         for h in self._handles:
             h.remove()
@@ -182,6 +189,8 @@ def start(ext: ModuleType) -> None:
         _steps = 0
         if _tracker is None:
             _tracker = _PhaseTracker(ext)
+        else:
+            _tracker.reset()
 
 
 def stop() -> None:

@@ -281,6 +281,34 @@ def test_phase_tracking_labels_modules_and_categories(run: dict[str, Any]) -> No
     assert "0.weight (parameter)" in saved["labels"]
 
 
+def test_a_new_recording_labels_and_tags_afresh(tmp_path: Path) -> None:
+    path = tmp_path / "second.json"
+    run_python(f"""
+        import torch, torch.nn as nn, tensorpager as tp
+        tp.install(device="cpu")
+        model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
+        opt = torch.optim.Adam(model.parameters())
+        def step():
+            model(torch.randn(8, 64)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        tp.start_timeline()
+        step()
+        tp.start_timeline()  # a new log: label ids start again
+        step()
+        tp.dump_timeline({str(path)!r})
+    """)
+    saved = json.loads(path.read_text())["tensorpager"]
+    kinds, cats, labels = saved["kinds"], saved["categories"], saved["labels"]
+    allocs = [e for e in saved["events"] if kinds[e[1]] == "alloc"]
+    assert all(e[12] < len(labels) for e in saved["events"])
+    assert "0 (Linear)" in {labels[e[12]] for e in allocs}
+    tagged = {labels[e[12]]: cats[e[2]] for e in saved["events"] if kinds[e[1]] == "tag"}
+    assert tagged.get("0.weight (parameter)") == "parameter"
+    assert tagged.get("0.weight Adam.exp_avg") == "optimizer_state"
+    assert [e[8] for e in saved["events"] if kinds[e[1]] == "step"] == [0]
+
+
 def test_timeline_key_dumps_at_exit(tmp_path: Path) -> None:
     path = tmp_path / "exit.json"
     proc = run_python("""
