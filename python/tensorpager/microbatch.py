@@ -63,7 +63,8 @@ def _split(batch: Any, n: int) -> tuple[list[Any], int]:
     if isinstance(batch, Sequence) and not isinstance(batch, str):
         parts_seq = [_split(b, n) if isinstance(b, torch.Tensor) else None for b in batch]
         rows = _same_rows([p[1] for p in parts_seq if p is not None])
-        return [type(batch)(p[0][i] if p is not None else b for p, b in zip(parts_seq, batch)) for i in range(n)], rows
+        make = (lambda items: type(batch)(*items)) if hasattr(batch, "_fields") else type(batch)  # namedtuple
+        return [make([p[0][i] if p is not None else b for p, b in zip(parts_seq, batch)]) for i in range(n)], rows
     raise TypeError(f"microbatch: batch must be a tensor, or a sequence or mapping of tensors, not {type(batch).__name__}")
 
 

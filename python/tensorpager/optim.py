@@ -138,6 +138,13 @@ class AdamA(torch.optim.Optimizer):
             _owners.pop(key, None)
         self._hooks.clear()
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling or deep-copying gives an optimizer without hooks (its
+        parameters may feed another AdamA): step() folds what ``.grad`` holds."""
+        super().__setstate__(state)
+        self._C = _ext.load()
+        self._hooks = {}
+
     def __del__(self) -> None:
         for key, handle in getattr(self, "_hooks", {}).items():
             handle.remove()

@@ -236,6 +236,23 @@ def test_a_parameter_feeds_one_adama_until_its_hooks_are_removed(AdamA) -> None:
     AdamA(model.parameters())
 
 
+def test_a_deep_copy_is_unhooked_and_folds_dot_grad_at_step(AdamA) -> None:  # noqa: N803
+    import copy
+
+    model = make_mlp(8)
+    twin = copy.deepcopy(model)
+    opt = AdamA(model.parameters())
+    twin_opt = copy.deepcopy(opt)  # its state refers to copies of model's parameters
+    twin_opt.param_groups[0]["params"] = list(twin.parameters())
+    x, y = torch.randn(4, 6), torch.randn(4, 3)
+    nn.functional.mse_loss(model(x), y).backward()
+    nn.functional.mse_loss(twin(x), y).backward()
+    assert all(p.grad is not None for p in twin.parameters())  # no hooks on the copy
+    opt.step()
+    twin_opt.step()
+    assert relative_difference(model, twin) == 0.0
+
+
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
     [({"lr": -1.0}, "lr = -1"), ({"betas": (1.0, 0.9)}, "0 <= beta1 < 1"), ({"eps": -1e-8}, "eps >= 0"),
@@ -261,3 +278,19 @@ def test_import_tensorpager_leaves_torch_alone_until_a_technique_is_touched() ->
         """
     ).stdout.split("\n", 1)[0]
     assert out == "False True True True ['compress', 'microbatch', 'optim']"
+
+
+@pytest.mark.gpu
+def test_gpu_one_micro_batch_follows_torch_adam(AdamA) -> None:  # noqa: N803
+    ours, theirs = make_mlp(9).cuda(), make_mlp(9).cuda()
+    opt = AdamA(ours.parameters(), lr=1e-2)
+    ref = torch.optim.Adam(theirs.parameters(), lr=1e-2, foreach=False)
+    x, y = torch.randn(16, 6, device="cuda"), torch.randn(16, 3, device="cuda")
+    for _ in range(20):
+        nn.functional.mse_loss(ours(x), y).backward()
+        opt.step()
+        ref.zero_grad()
+        nn.functional.mse_loss(theirs(x), y).backward()
+        ref.step()
+    assert all(p.grad is None for p in ours.parameters())
+    assert relative_difference(ours, theirs) < 1e-6

@@ -64,6 +64,21 @@ def test_dict_batches_split_their_tensors_and_pass_other_values_through(tp) -> N
     assert seen == [(3, "same"), (2, "same")]
 
 
+def test_named_tuples_keep_their_type(tp) -> None:
+    import collections
+
+    pair = collections.namedtuple("pair", "x y")
+    model = make_model(6)
+    seen = []
+
+    def step_fn(mb: pair) -> torch.Tensor:
+        seen.append(type(mb))
+        return F.mse_loss(model(mb.x), mb.y)
+
+    tp.microbatch(step_fn, pair(torch.randn(4, 6), torch.randn(4, 3)), 2)
+    assert seen == [pair, pair]
+
+
 def test_the_optimizer_is_stepped_once_and_zeroed(tp) -> None:
     model = make_model(1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -181,3 +196,15 @@ def test_peak_memory_falls_with_n_on_the_cpu_adapter(tp) -> None:
     assert peaks[1] > peaks[2] > peaks[4] > peaks[8]
     for n in (2, 4, 8):
         assert peaks[1] / n <= peaks[n] <= peaks[1] / n + 2 * out["largest"], (n, peaks)
+
+
+@pytest.mark.gpu
+def test_gpu_accumulated_gradient_equals_the_full_batch_gradient(tp) -> None:
+    model = make_model(7).cuda()
+    x, y = torch.randn(12, 6, device="cuda"), torch.randn(12, 3, device="cuda")
+    F.mse_loss(model(x), y).backward()
+    full = grads(model)
+    model.zero_grad()
+    tp.microbatch(lambda mb: F.mse_loss(model(mb[0]), mb[1]), (x, y), 4)
+    for got, want in zip(grads(model), full, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
