@@ -6,14 +6,16 @@
 // Chunks are filled by a thread that is inside the allocator, so whatever
 // fresh memory costs lands on allocations: in a VM a first-touch fault per
 // 4 KiB page (zeroing, memory-cgroup charge) is about a microsecond, some
-// 20 ns per 80-byte event, and zeroing alone is some 15 ns per event even
-// with huge pages. So chunks are mapped 2 MiB-aligned (on Linux marked for
-// transparent huge pages) and populated before anyone writes to them, and a
-// filler thread keeps `spares` chunks ready, so the allocating thread only
-// takes a ready chunk. The work is moved, not removed: the filler spends the
-// same CPU time on another core. When no spare is ready (a burst, or a
-// forked child, which has no filler) take() maps and populates the chunk
-// itself; it never waits for the filler.
+// 20 ns per 80-byte event. So chunks are mapped 2 MiB-aligned, marked for
+// transparent huge pages and populated in one call when taken: one fault per
+// 2 MiB where the kernel grants huge pages, one system call otherwise. On
+// the 2-vCPU VM this was measured on, that costs the allocating thread a few
+// ns per event (tests/profiler/profiler_bench.cpp). Optionally a filler
+// thread keeps `spares` chunks ready, moving that work to another core; it
+// is off by default because the measurements did not show it paying for a
+// thread per log (with no idle core it competes with the allocating
+// thread). When no spare is ready (a burst, or a forked child, which has no
+// filler) take() maps and populates the chunk itself; it never waits.
 
 #include <condition_variable>
 #include <cstddef>

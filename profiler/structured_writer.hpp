@@ -31,8 +31,6 @@ class structured_writer {
   void value(const char* s) { value(std::string_view(s)); }
   void value(int v) { value(static_cast<std::int64_t>(v)); }
   void value(unsigned v) { value(static_cast<std::uint64_t>(v)); }
-  void value(long long v) { value(static_cast<std::int64_t>(v)); }
-  void value(unsigned long long v) { value(static_cast<std::uint64_t>(v)); }
 
   /// A key and its value.
   template <class T>

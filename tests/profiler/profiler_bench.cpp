@@ -13,10 +13,12 @@
 // reports the median time per pair and the ratio on/off; then events per
 // second for each append path. --summary_only skips Google Benchmark's pass.
 // A log that fills up is replaced outside the timed region, so every timed
-// event is stored (none dropped). Chunks are mapped and populated ahead by
-// the log's filler thread (Note [Chunk memory]): the "cpu" columns count the
-// allocating thread's CPU time only; on a machine with an idle core the wall
-// columns come out the same, on a loaded one the filler's work shows there.
+// event is stored (none dropped). The "cpu" columns count the allocating
+// thread's CPU time; "wall" adds the time it was not running: on a loaded
+// machine, waits for a core, and in a VM apparently also the host's first
+// touch of fresh guest memory, which only the recording side consumes.
+// TP_BENCH_SPARE_CHUNKS=N runs the logs with N spare chunks (Note [Chunk
+// memory]).
 
 #include <benchmark/benchmark.h>
 
