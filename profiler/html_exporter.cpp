@@ -56,6 +56,10 @@ constexpr const char* script = R"(
 })();
 )";
 
+std::string plural(std::uint64_t n, std::string_view noun) {
+  return std::to_string(n) + " " + std::string(noun) + (n == 1 ? "" : "s");
+}
+
 std::string bytes(std::int64_t b) { return b < 0 ? std::string("none") : format_bytes(static_cast<std::size_t>(b)); }
 
 void card(std::string& out, std::string_view key, const std::string& value) {
@@ -146,8 +150,8 @@ void device_section(std::string& out, const timeline& t, const timeline_analysis
   card(out, "peak reserved", bytes(s.peak_reserved));
   card(out, "budget", bytes(s.budget));
   card(out, "cached-free at peak", bytes(s.cached_free_at_peak));
-  card(out, fmt::format("offloaded ({} transfers)", s.offloads), bytes(static_cast<std::int64_t>(s.offloaded_bytes)));
-  card(out, fmt::format("prefetched ({} transfers)", s.prefetches), bytes(static_cast<std::int64_t>(s.prefetched_bytes)));
+  card(out, "offloaded (" + plural(s.offloads, "transfer") + ")", bytes(static_cast<std::int64_t>(s.offloaded_bytes)));
+  card(out, "prefetched (" + plural(s.prefetches, "transfer") + ")", bytes(static_cast<std::int64_t>(s.prefetched_bytes)));
   card(out, "moved in total", bytes(static_cast<std::int64_t>(s.offloaded_bytes + s.prefetched_bytes)));
   card(out, fmt::format("recompute time ({})", s.recomputes), format_duration(s.recompute_ns));
   card(out, fmt::format("stall time ({})", s.stalls), format_duration(s.stall_ns));
