@@ -7,15 +7,17 @@
 // fresh memory costs lands on allocations: in a VM a first-touch fault per
 // 4 KiB page (zeroing, memory-cgroup charge) is about a microsecond, some
 // 20 ns per 80-byte event. So chunks are mapped 2 MiB-aligned, marked for
-// transparent huge pages and populated in one call when taken: one fault per
-// 2 MiB where the kernel grants huge pages, one system call otherwise. On
-// the 2-vCPU VM this was measured on, that costs the allocating thread a few
-// ns per event (tests/profiler/profiler_bench.cpp). Optionally a filler
-// thread keeps `spares` chunks ready, moving that work to another core; it
-// is off by default because the measurements did not show it paying for a
-// thread per log (with no idle core it competes with the allocating
-// thread). When no spare is ready (a burst, or a forked child, which has no
-// filler) take() maps and populates the chunk itself; it never waits.
+// transparent huge pages and populated in one call: one fault per 2 MiB
+// where the kernel grants huge pages, one system call otherwise. Even so,
+// populating a chunk took 0.2 to 2 ms on the VM this was measured on (the
+// host faulting in fresh memory), so a filler thread keeps `spares` chunks
+// ready and the allocating thread only takes one: on a quiet 2-vCPU VM that
+// made the recorded fast path's overhead steady at about 1.35x, against 1.5x
+// with outliers past 3x without it (tests/profiler/profiler_bench.cpp,
+// TP_BENCH_SPARE_CHUNKS). The work is moved, not removed; with no idle core
+// the filler competes with the program. When no spare is ready (a burst, or
+// a forked child, which has no filler) take() maps and populates the chunk
+// itself; it never waits.
 
 #include <condition_variable>
 #include <cstddef>

@@ -55,9 +55,9 @@ struct event_log_options {
   /// page; Note [Chunk memory]).
   std::size_t chunk_events = (std::size_t{2} << 20) / sizeof(event);
   /// Chunks a background thread keeps mapped and populated ahead of need
-  /// (Note [Chunk memory]); 0, the default, runs no thread and maps each
-  /// chunk when a writer first needs it.
-  std::size_t spare_chunks = 0;
+  /// (Note [Chunk memory]); 0 runs no thread and maps each chunk when a
+  /// writer first needs it.
+  std::size_t spare_chunks = 2;
 };
 
 /// What allocations are made for right now: stamped onto each alloc event.
