@@ -7,6 +7,12 @@
 // called); free_completed (the block became reusable: at once, or after the
 // stream events of record_stream); segment_alloc / segment_free (memory from
 // or back to the device); oom. budget_change and reclaim are tensorpager's.
+// `free` is free_requested and free_completed folded into one event: sent
+// when deallocate finds no stream uses pending, which is the common case, so
+// the fast path (allocate + free) costs an observer two calls, not three.
+// free_completed alone follows a free_requested only when the block waited
+// for stream events; consumers that need memory_viz's two actions expand a
+// `free` into both (profiler: Note [Folded frees] in profiler/event_log.hpp).
 // Each event carries the allocator's totals after it, so a counter track needs
 // no replay and matches stats() at the same point.
 
@@ -27,6 +33,7 @@ enum class allocator_event_kind : unsigned char {
   oom,
   budget_change,
   reclaim,
+  free,  ///< free_requested + free_completed at once; totals after both
 };
 
 const char* to_string(allocator_event_kind k);
@@ -36,7 +43,7 @@ struct allocator_event {
   pool_kind pool = pool_kind::small;
   stream_id stream{};
   std::uintptr_t address = 0;  // block or segment; 0 for oom, budget_change, reclaim
-  /// alloc/free_*: the block's size; segment_*: the segment's; oom: bytes
+  /// alloc/free*: the block's size; segment_*: the segment's; oom: bytes
   /// requested; budget_change: the new budget (0: none); reclaim: bytes asked.
   std::size_t bytes = 0;
   /// alloc: bytes requested; reclaim: bytes the reclaimer freed.

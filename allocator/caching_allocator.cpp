@@ -108,10 +108,10 @@ void caching_allocator::deallocate(void* ptr) {
   stats_.requested_bytes.add(b->pool, -i64(b->requested));
   if (b->size >= max_split_size_) stats_.oversize_allocations.add(-1);
   b->requested = 0;
-  notify(allocator_event_kind::free_requested, b, b->size);
   if (b->stream_uses.empty()) {
-    free_block(b);
+    free_block(b, allocator_event_kind::free);  // one event for both (Note [Allocator events])
   } else {
+    notify(allocator_event_kind::free_requested, b, b->size);
     insert_events(b);
   }
 }
@@ -271,10 +271,11 @@ void* caching_allocator::hand_out(block* b, std::size_t size, std::size_t reques
 }
 
 // Requires: b is neither allocated nor waiting on events, and not in a pool.
-void caching_allocator::free_block(block* b) {
+// kind: free_completed, or free when deallocate() sent no free_requested.
+void caching_allocator::free_block(block* b, allocator_event_kind kind) {
   stats_.active.add(b->pool, -1);
   stats_.active_bytes.add(b->pool, -i64(b->size));
-  notify(allocator_event_kind::free_completed, b, b->size);
+  notify(kind, b, b->size);
   if (b->prev != nullptr && b->prev->is_cached()) merge_into(b, b->prev);
   if (b->next != nullptr && b->next->is_cached()) merge_into(b, b->next);
   if (b->is_split()) {
@@ -335,7 +336,7 @@ void caching_allocator::process_events() {
       queue.pop_front();
       --pending_count_;
       free_events_.push_back(p.event);
-      if (--p.block->pending_events == 0) free_block(p.block);
+      if (--p.block->pending_events == 0) free_block(p.block, allocator_event_kind::free_completed);
     }
   }
 }

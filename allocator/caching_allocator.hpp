@@ -122,7 +122,7 @@ class caching_allocator {
   bool fits_budget(std::size_t bytes) const;
   std::size_t shortfall(std::size_t size) const;
   void* hand_out(detail::block* b, std::size_t size, std::size_t requested);
-  void free_block(detail::block* b);
+  void free_block(detail::block* b, allocator_event_kind kind);
   void merge_into(detail::block* b, detail::block* neighbour);
   void insert_events(detail::block* b);
   void process_events();

@@ -66,6 +66,7 @@ const char* to_string(allocator_event_kind k) {
     case allocator_event_kind::oom: return "oom";
     case allocator_event_kind::budget_change: return "budget_change";
     case allocator_event_kind::reclaim: return "reclaim";
+    case allocator_event_kind::free: return "free";
   }
   return "unknown";
 }

@@ -13,6 +13,7 @@ event_kind kind_of(allocator_event_kind k) noexcept {
     case allocator_event_kind::oom: return event_kind::oom;
     case allocator_event_kind::budget_change: return event_kind::budget_change;
     case allocator_event_kind::reclaim: return event_kind::reclaim;
+    case allocator_event_kind::free: return event_kind::free_requested;  // Note [Folded frees]
   }
   return event_kind::alloc;
 }
@@ -31,7 +32,7 @@ void allocator_recorder::on_event(const allocator_event& e) noexcept {
   ev.stream = to_underlying(e.stream);
   ev.address = e.address;
   ev.bytes = e.bytes;
-  ev.detail = static_cast<std::int64_t>(e.detail);
+  ev.detail = e.kind == allocator_event_kind::free ? folded_free : static_cast<std::int64_t>(e.detail);
   ev.allocated_bytes = e.allocated_bytes;
   ev.reserved_bytes = e.reserved_bytes;
   if (ev.kind == event_kind::alloc) {

@@ -159,7 +159,14 @@ timeline event_log::snapshot() const {
     for (const auto& [chunk, room] : w->chunks_) {
       if (left == 0) break;
       const std::size_t n = std::min(left, room);
-      t.events.insert(t.events.end(), chunk, chunk + n);
+      for (const event* e = chunk; e != chunk + n; ++e) {
+        t.events.push_back(*e);
+        if (e->kind == event_kind::free_requested && e->detail == folded_free) {
+          t.events.back().detail = 0;
+          t.events.push_back(t.events.back());
+          t.events.back().kind = event_kind::free_completed;
+        }
+      }
       left -= n;
     }
   }

@@ -24,6 +24,15 @@
 // every event published before it read the count. Writers take a mutex only
 // to add a chunk (every chunk_events events).
 //
+// Note [Folded frees]
+// Most frees complete at once, and the allocator then sends one `free` event
+// instead of free_requested + free_completed (Note [Allocator events]): a
+// third fewer events on the fast path. The recorder stores it as a
+// free_requested whose detail is folded_free, and snapshot() expands that
+// into the two events memory_viz and the replay expect, at the same time and
+// with the same totals. A timeline therefore never holds a folded event;
+// the log costs one record per free, the snapshot two.
+//
 // Note [Labels]
 // A label names what memory was taken for: a module ("features.0 (Conv2d)"),
 // an op, a runtime action. Each distinct text is interned once per log and
@@ -46,6 +55,10 @@
 #include "profiler/timeline.hpp"
 
 namespace tp::profiler {
+
+/// event::detail of a free_requested in the log that stands for
+/// free_completed too (Note [Folded frees]).
+inline constexpr std::int64_t folded_free = 1;
 
 struct event_log_options {
   /// The most events the log keeps (Note [Bounded log]); at 80 bytes each
@@ -146,7 +159,8 @@ class event_log {
   std::size_t max_events() const noexcept { return opts_.max_events; }
 
   /// A copy of every event published so far, sorted by time, with the labels,
-  /// the dropped count and the initial state. May run while writers append.
+  /// the dropped count and the initial state; folded frees expanded (Note
+  /// [Folded frees]). May run while writers append.
   timeline snapshot() const;
 
  private:

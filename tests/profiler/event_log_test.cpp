@@ -103,6 +103,32 @@ TEST(EventLog, RecorderMirrorsTheAllocatorsEventsWithContextAndTotals) {
   EXPECT_EQ(t.events[2].t_ns, 1000);
   EXPECT_EQ(t.events[2].category, category::unknown);  // only allocations carry the context
   EXPECT_EQ(t.events[4].reserved_bytes, 0);
+  // The free was folded in the log (Note [Folded frees]) and is expanded here.
+  EXPECT_EQ(rig.log.size(), 4u);
+  EXPECT_EQ(t.events[3].t_ns, t.events[2].t_ns);
+  EXPECT_EQ(t.events[3].address, t.events[2].address);
+  EXPECT_EQ(t.events[3].bytes, 3 * MiB);
+  EXPECT_EQ(t.events[2].detail, 0);
+  EXPECT_EQ(t.events[3].allocated_bytes, 0);
+}
+
+TEST(EventLog, FreeThatWaitsForStreamsStaysTwoEvents) {
+  recorded_rig rig;
+  const stream_id side = rig.dev.create_stream();
+  void* p = rig.alloc.allocate(1 * MiB);
+  rig.alloc.record_stream(p, side);
+  rig.dev.hold_stream(side);
+  rig.alloc.deallocate(p);
+  rig.tick();
+  rig.dev.release_stream(side);
+  rig.alloc.empty_cache();
+  const timeline t = rig.log.snapshot();
+  std::vector<event_kind> kinds;
+  for (const event& e : t.events) kinds.push_back(e.kind);
+  ASSERT_EQ(kinds, (std::vector<event_kind>{event_kind::segment_alloc, event_kind::alloc, event_kind::free_requested,
+                                            event_kind::free_completed, event_kind::segment_free}));
+  EXPECT_LT(t.events[2].t_ns, t.events[3].t_ns);
+  EXPECT_EQ(rig.log.size(), 5u);
 }
 
 // Writers on several threads (each its own single-producer writer, as one

@@ -1,6 +1,6 @@
 """What recording a timeline costs through torch, on the CPU adapter.
 
-    PYTHONPATH=python TENSORPAGER_EXT_DIR=build/hooks python3 tests/profiler/torch_overhead_bench.py
+    PYTHONPATH=python TENSORPAGER_EXT_DIR=build/hooks python3 bench/torch_overhead_bench.py
 
 tp_profiler_bench measures the caching allocator's own fast path, where an
 allocate + free pair costs ~150 ns and three recorded events weigh heavily.
