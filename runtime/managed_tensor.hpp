@@ -62,6 +62,12 @@ class storage_binding {
   /// would hold the bytes twice. Afterwards device_ptr() must be non-null.
   /// May throw; the tensor then stays dropped.
   virtual void recompute() = 0;
+  /// Whether release_device() would free the storage now: false while
+  /// something outside the runtime still holds it (torch: another tensor
+  /// shares the storage), so evicting would free nothing. Asked just before
+  /// an eviction; a victim that says false stays resident for this reclaim.
+  /// Cheap and noexcept.
+  virtual bool can_release() const noexcept { return true; }
 };
 
 /// The runtime's record of one tensor. Guarded by the runtime's lock.

@@ -160,7 +160,7 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
 bool memory_runtime::offload(tensor_id id) {
   lock_type lock(mu_);
   managed_tensor& t = find(id);
-  if (t.state != tensor_state::resident || t.pinned) return false;
+  if (t.state != tensor_state::resident || t.pinned || !t.binding->can_release()) return false;
   candidates_.remove(t);
   if (!engine_.start_offload(t)) {
     make_candidate(t);
@@ -168,6 +168,11 @@ bool memory_runtime::offload(tensor_id id) {
   }
   in_flight_.push_back(&t);
   return true;
+}
+
+void memory_runtime::set_recompute_cost(tensor_id id, std::int64_t recompute_cost_ns) {
+  lock_type lock(mu_);
+  find(id).recompute_cost_ns = recompute_cost_ns > 0 ? recompute_cost_ns : 0;
 }
 
 void memory_runtime::untrack(tensor_id id) {

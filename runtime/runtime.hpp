@@ -104,8 +104,13 @@ class memory_runtime final : public reclaimer {
   /// (the tensor keeps its state; nothing is lost).
   void ensure_resident(tensor_id id, stream_id compute);
   /// Explicit offload (LibTorch API): starts copying to host. Returns false
-  /// when the tensor is not resident or the host pool is full.
+  /// when the tensor is not resident, its storage is held elsewhere
+  /// (storage_binding::can_release) or the host pool is full.
   bool offload(tensor_id id);
+  /// Makes the tensor droppable (cost > 0) or not (0) from now on: the glue
+  /// learns whether a tensor can be recomputed only after its producer has
+  /// finished (a module that changed its inputs in place cannot be re-run).
+  void set_recompute_cost(tensor_id id, std::int64_t recompute_cost_ns);
   /// Stops tracking. Waits for a copy that still touches its storage; frees
   /// its host block. The device storage (if any) stays with the binding.
   void untrack(tensor_id id);

@@ -43,6 +43,11 @@ void memory_runtime::drop_locked(managed_tensor& t) {
 bool memory_runtime::evict_locked(const eviction_choice& c, std::size_t& freed,
                                   std::vector<managed_tensor*>& started) {
   managed_tensor& t = *c.victim;
+  if (!t.binding->can_release()) {
+    candidates_.remove(t);
+    ++stats_.shared_skips;
+    return false;  // held elsewhere: evicting frees nothing; the caller re-adds it
+  }
   ++stats_.evictions;
   if (c.action == eviction_action::drop && t.recomputable()) {
     drop_locked(t);
@@ -174,6 +179,11 @@ void memory_runtime::proactive_offload_locked() {
     if (!choice) break;
     managed_tensor& t = *choice->victim;
     candidates_.remove(t);
+    if (!t.binding->can_release()) {
+      ++stats_.shared_skips;
+      kept.push_back(&t);
+      continue;
+    }
     // Ahead of time only copies start; drops wait for the reclaim that needs them.
     if (!engine_.start_offload(t)) {
       kept.push_back(&t);

@@ -19,6 +19,7 @@ struct runtime_stats {
   std::uint64_t recomputes = 0;
   std::uint64_t evictions = 0;  ///< victims chosen by the policy (swap or drop)
   std::uint64_t host_fallbacks = 0;  ///< swaps refused by the host pool
+  std::uint64_t shared_skips = 0;    ///< victims skipped: storage held elsewhere (can_release)
   // --- what it cost -------------------------------------------------------
   std::uint64_t stalls = 0;      ///< accesses that waited for a copy or a recompute
   std::int64_t stall_ns = 0;     ///< on the runtime's clock

@@ -205,6 +205,41 @@ TEST(Runtime, HostPoolFullFallsBackToRecomputeOrKeepsResidentAndSaysSoOnce) {
   rt.check_invariants();
 }
 
+TEST(Runtime, StorageHeldElsewhereIsSkippedAndStaysACandidate) {
+  runtime_rig rig;
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, with_policy(policy_kind::lru));
+  fake_binding held(rig, 1 * MiB, 1);
+  fake_binding free_one(rig, 1 * MiB, 2);
+  held.shared = true;
+  const tensor_id h = rt.track(held, held.bytes(), rig.compute, 0);  // least recently used
+  const tensor_id f = rt.track(free_one, free_one.bytes(), rig.compute, 0);
+  EXPECT_FALSE(rt.offload(h));
+  EXPECT_EQ(rt.reclaim(1, rig.compute), free_one.bytes());
+  EXPECT_EQ(rt.state(h), tensor_state::resident);
+  EXPECT_EQ(rt.state(f), tensor_state::on_host);
+  EXPECT_EQ(held.releases, 0);
+  EXPECT_EQ(rt.stats().shared_skips, 1u);
+  rt.check_invariants();  // h is a candidate again
+  held.shared = false;  // the other holder let go
+  EXPECT_EQ(rt.reclaim(1, rig.compute), held.bytes());
+  EXPECT_EQ(rt.state(h), tensor_state::on_host);
+  rt.access(h);
+  EXPECT_TRUE(held.verify());
+}
+
+TEST(Runtime, RecomputeCostSetLaterMakesATensorDroppable) {
+  runtime_rig rig;
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, with_policy(policy_kind::dtr));
+  fake_binding b(rig, 1 * MiB, 3);
+  const tensor_id id = rt.track(b, b.bytes(), rig.compute, 0);
+  rt.set_recompute_cost(id, 1000);
+  EXPECT_EQ(rt.reclaim(1, rig.compute), b.bytes());
+  EXPECT_EQ(rt.state(id), tensor_state::dropped);
+  rt.access(id);
+  EXPECT_EQ(b.recomputes, 1);
+  EXPECT_TRUE(b.verify());
+}
+
 TEST(Runtime, UntrackWhileOffloadingWaitsForTheCopy) {
   runtime_rig rig({.latency_ns = 2000});
   memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk);

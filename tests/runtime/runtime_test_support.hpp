@@ -79,6 +79,7 @@ class fake_binding final : public storage_binding {
     ptr_ = rig_.alloc.allocate(bytes, rig_.compute);
     return ptr_;
   }
+  bool can_release() const noexcept override { return !shared; }
   void recompute() override {
     ptr_ = rig_.alloc.allocate(bytes_, rig_.compute);
     fill();
@@ -105,6 +106,7 @@ class fake_binding final : public storage_binding {
   std::size_t bytes() const { return bytes_; }
   int releases = 0;
   int recomputes = 0;
+  bool shared = false;  ///< can_release() answers !shared, as a storage torch still holds
 
  private:
   // The "kernel" that produced the tensor has finished: the simulated device's
