@@ -23,16 +23,6 @@ const char* to_string(tensor_state s) {
 
 const char* to_string(eviction_action a) { return a == eviction_action::swap ? "swap" : "drop"; }
 
-const char* to_string(policy_kind k) {
-  switch (k) {
-    case policy_kind::lru: return "lru";
-    case policy_kind::dtr: return "dtr";
-    case policy_kind::capuchin: return "capuchin";
-    case policy_kind::hybrid: return "hybrid";
-  }
-  return "?";
-}
-
 policy_kind parse_policy_kind(const std::string& name) {
   for (policy_kind k : {policy_kind::lru, policy_kind::dtr, policy_kind::capuchin, policy_kind::hybrid}) {
     if (name == to_string(k)) return k;

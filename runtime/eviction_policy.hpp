@@ -28,12 +28,10 @@
 #include "runtime/access_recorder.hpp"
 #include "runtime/candidate_set.hpp"
 #include "runtime/managed_tensor.hpp"
+#include "runtime/policy_kind.hpp"
 
 namespace tp {
 
-enum class policy_kind : unsigned char { lru, dtr, capuchin, hybrid };
-
-const char* to_string(policy_kind k);
 /// Parses "lru", "dtr", "capuchin", "hybrid"; throws tp::config_error naming
 /// the input and the accepted values.
 policy_kind parse_policy_kind(const std::string& name);

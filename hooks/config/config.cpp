@@ -412,7 +412,6 @@ std::string config_keys_markdown() {
 }
 
 std::string_view to_string(backend_kind v) noexcept { return name_of(backend_choices, v); }
-std::string_view to_string(policy_kind v) noexcept { return name_of(policy_choices, v); }
 std::string_view to_string(host_fallback_mode v) noexcept { return name_of(fallback_choices, v); }
 std::string_view to_string(device_kind v) noexcept { return name_of(device_choices, v); }
 

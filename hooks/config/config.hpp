@@ -36,14 +36,15 @@
 #include <variant>
 #include <vector>
 
+#include "runtime/policy_kind.hpp"
+
 namespace tp {
 
 /// Which allocator serves the process. Anything but tensorpager leaves
 /// PyTorch's own allocator in charge (Note [Sharing PYTORCH_CUDA_ALLOC_CONF]).
 enum class backend_kind { tensorpager, native, cuda_malloc_async };
 
-/// The eviction policy (DESIGN.md, "Policies").
-enum class policy_kind { lru, dtr, capuchin, hybrid };
+// policy_kind (lru, dtr, capuchin, hybrid) is the runtime's own type.
 
 /// What happens when the pinned host pool is full: throw, or hand out
 /// pageable memory (copies from it are synchronous on CUDA). The allocator's
@@ -145,7 +146,6 @@ std::string config_keys_markdown();
 
 /// Names as the grammar writes them ("hybrid", "cudaMallocAsync"). Pure.
 std::string_view to_string(backend_kind v) noexcept;
-std::string_view to_string(policy_kind v) noexcept;
 std::string_view to_string(host_fallback_mode v) noexcept;
 std::string_view to_string(device_kind v) noexcept;
 

@@ -1,0 +1,21 @@
+#pragma once
+// Which eviction policy the runtime uses (DESIGN.md, "Policies"). Its own
+// header, with no dependencies, so that the configuration (hooks/config)
+// names the same type without linking the runtime.
+
+namespace tp {
+
+enum class policy_kind : unsigned char { lru, dtr, capuchin, hybrid };
+
+/// "lru", "dtr", "capuchin", "hybrid". Pure.
+constexpr const char* to_string(policy_kind k) noexcept {
+  switch (k) {
+    case policy_kind::lru: return "lru";
+    case policy_kind::dtr: return "dtr";
+    case policy_kind::capuchin: return "capuchin";
+    case policy_kind::hybrid: return "hybrid";
+  }
+  return "?";
+}
+
+}  // namespace tp
