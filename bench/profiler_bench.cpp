@@ -11,7 +11,8 @@
 // After Google Benchmark's pass the binary prints a summary: each row runs
 // `off` and `on` in alternating batches of about 10 ms, 21 rounds, and
 // reports the median time per pair and the ratio on/off; then events per
-// second for each append path. --summary_only skips Google Benchmark's pass.
+// second for each append path. --summary_only skips Google Benchmark's pass;
+// --no_summary skips the summary (for a profiler, with --benchmark_filter).
 // A log that fills up is replaced outside the timed region, so every timed
 // event is stored (none dropped). The "cpu" columns count the allocating
 // thread's CPU time; "wall" adds the time it was not running: on a loaded
@@ -43,6 +44,14 @@ namespace {
 
 using namespace tp;
 using namespace tp::profiler;
+
+/// The production event clock, or with TP_BENCH_CLOCK=manual a manual_clock
+/// (an atomic load): the difference is what reading the time costs.
+std::unique_ptr<tp::clock> bench_event_clock() {
+  const char* which = std::getenv("TP_BENCH_CLOCK");
+  if (which != nullptr && std::strcmp(which, "manual") == 0) return std::make_unique<manual_clock>();
+  return make_event_clock();
+}
 
 /// An allocator with an optional recorder that is renewed when its log fills.
 class rig {
@@ -89,7 +98,7 @@ class rig {
   simulated_device dev_;
   caching_allocator alloc_;
   bool recording_;
-  std::unique_ptr<tp::clock> event_clock_ = make_event_clock();
+  std::unique_ptr<tp::clock> event_clock_ = bench_event_clock();
   std::unique_ptr<event_log> log_;
   std::unique_ptr<allocator_recorder> recorder_;
   std::size_t retired_events_ = 0;
@@ -244,11 +253,13 @@ void summary() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool summary_only = false;
+  bool summary_only = false, no_summary = false;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--summary_only") == 0) {
       summary_only = true;
+    } else if (std::strcmp(argv[i], "--no_summary") == 0) {
+      no_summary = true;
     } else {
       args.push_back(argv[i]);
     }
@@ -259,6 +270,6 @@ int main(int argc, char** argv) {
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
   }
-  summary();
+  if (!no_summary) summary();
   return 0;
 }

@@ -24,23 +24,30 @@ allocator_recorder::allocator_recorder(event_log& log, std::int16_t device)
     : writer_(log.open_writer()), device_(device) {}
 
 void allocator_recorder::on_event(const allocator_event& e) noexcept {
-  event_log& log = writer_.log();
-  event ev;
-  ev.t_ns = log.now_ns();
-  ev.kind = kind_of(e.kind);
-  ev.device = device_;
-  ev.stream = to_underlying(e.stream);
-  ev.address = e.address;
-  ev.bytes = e.bytes;
-  ev.detail = e.kind == allocator_event_kind::free ? folded_free : static_cast<std::int64_t>(e.detail);
-  ev.allocated_bytes = e.allocated_bytes;
-  ev.reserved_bytes = e.reserved_bytes;
-  if (ev.kind == event_kind::alloc) {
+  // Filled in place: this runs inside every allocation (Note [Event clock]).
+  event* ev = writer_.claim();
+  if (ev == nullptr) return;
+  const event_log& log = writer_.log();
+  ev->t_ns = log.now_ns();
+  ev->stream = to_underlying(e.stream);
+  ev->address = e.address;
+  ev->bytes = e.bytes;
+  ev->id = 0;
+  ev->detail = e.kind == allocator_event_kind::free ? folded_free : static_cast<std::int64_t>(e.detail);
+  ev->allocated_bytes = e.allocated_bytes;
+  ev->reserved_bytes = e.reserved_bytes;
+  ev->host_bytes = -1;
+  ev->kind = kind_of(e.kind);
+  ev->device = device_;
+  if (e.kind == allocator_event_kind::alloc) {
     const alloc_context c = log.context();
-    ev.category = c.category;
-    ev.label = c.label;
+    ev->category = c.category;
+    ev->label = c.label;
+  } else {
+    ev->category = category::unknown;
+    ev->label = 0;
   }
-  writer_.append(ev);
+  writer_.publish();
 }
 
 }  // namespace tp::profiler

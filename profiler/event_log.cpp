@@ -45,6 +45,7 @@ const event_log_options& checked(const event_log_options& o) {
 
 event_log::event_log(const tp::clock& clock, options opts)
     : clock_(clock),
+      tsc_(dynamic_cast<const tsc_clock*>(&clock)),
       opts_(checked(opts)),
       chunks_(opts_.chunk_events, (opts_.max_events + opts_.chunk_events - 1) / opts_.chunk_events,
               opts_.spare_chunks) {
@@ -83,7 +84,7 @@ std::pair<event*, std::size_t> event_log::take_chunk(writer& w) noexcept {
 void event_log::record(event e) noexcept {
   std::lock_guard lock(record_mutex_);
   // Stamped under the lock, so the shared writer's events stay in time order.
-  e.t_ns = clock_.now_ns();
+  e.t_ns = now_ns();
   shared_->append(e);
 }
 

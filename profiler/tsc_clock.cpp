@@ -2,24 +2,12 @@
 
 #include <thread>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if TP_HAVE_TSC
 #include <cpuid.h>
-#include <x86intrin.h>
-#define TP_HAVE_TSC 1
-#else
-#define TP_HAVE_TSC 0
 #endif
 
 namespace tp::profiler {
 namespace {
-
-std::uint64_t read_ticks() noexcept {
-#if TP_HAVE_TSC
-  return __rdtsc();
-#else
-  return 0;
-#endif
-}
 
 std::int64_t steady_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -32,9 +20,9 @@ std::pair<std::uint64_t, std::int64_t> paired_reading() noexcept {
   std::uint64_t best_width = UINT64_MAX;
   std::pair<std::uint64_t, std::int64_t> best{};
   for (int i = 0; i < 5; ++i) {
-    const std::uint64_t t0 = read_ticks();
+    const std::uint64_t t0 = tsc_clock::read_ticks();
     const std::int64_t ns = steady_ns();
-    const std::uint64_t t1 = read_ticks();
+    const std::uint64_t t1 = tsc_clock::read_ticks();
     if (t1 - t0 < best_width) {
       best_width = t1 - t0;
       best = {t0 + (t1 - t0) / 2, ns};
@@ -67,13 +55,6 @@ tsc_clock::tsc_clock(std::chrono::nanoseconds calibration) {
   if (ticks1 > ticks0 && ns1 > ns0) {
     ns_per_tick_ = static_cast<double>(ns1 - ns0) / static_cast<double>(ticks1 - ticks0);
   }
-}
-
-std::int64_t tsc_clock::now_ns() const {
-  // Ticks before base_ticks_ cannot occur after construction on an
-  // invariant counter; the signed difference keeps the map monotone anyway.
-  const auto delta = static_cast<std::int64_t>(read_ticks() - base_ticks_);
-  return base_ns_ + static_cast<std::int64_t>(static_cast<double>(delta) * ns_per_tick_);
 }
 
 void tsc_clock::wait_until(std::int64_t deadline_ns) {
