@@ -19,7 +19,6 @@
 #include "hooks/profiler_glue.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -42,26 +41,13 @@ struct timeline_state {
   std::shared_ptr<profiler::event_log> current;  // recording
   std::shared_ptr<profiler::event_log> last;     // the most recent recording, current or stopped
   std::string exit_path;                         // the `timeline` key
+  std::size_t max_events = default_timeline_events;  // the `timeline_events` key
   bool atexit_registered = false;
 };
 
 timeline_state& state() {
   static auto* s = new timeline_state;  // intentionally leaked: Note [One timeline per process]
   return *s;
-}
-
-std::size_t events_from_environment() {
-  const char* text = std::getenv(timeline_events_env);
-  if (text == nullptr || *text == '\0') return default_timeline_events;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long n = std::strtoull(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || n == 0 || text[0] == '-') {
-    throw config_error(std::string(timeline_events_env) + "=" + text +
-                       ": expected a whole number of events > 0 (each takes 80 bytes; default " +
-                       std::to_string(default_timeline_events) + ")");
-  }
-  return static_cast<std::size_t>(n);
 }
 
 /// Requires: s.mutex held.
@@ -73,7 +59,7 @@ void stop_locked(timeline_state& s) {
 
 /// Requires: s.mutex held, s.adapter set.
 void start_locked(timeline_state& s, std::size_t max_events) {
-  if (max_events == 0) max_events = events_from_environment();
+  if (max_events == 0) max_events = s.max_events;
   if (s.clock == nullptr) s.clock = profiler::make_event_clock();
   profiler::event_log::options o;
   o.max_events = max_events;
@@ -125,13 +111,13 @@ void check_timeline_config(const config& cfg) {
   } catch (const invalid_argument& e) {
     throw config_error(std::string("timeline:") + cfg.timeline + ": " + e.what());
   }
-  (void)events_from_environment();
 }
 
 void on_adapter_installed(event_log_attachable& adapter, const config& cfg) {
   timeline_state& s = state();
   std::lock_guard lock(s.mutex);
   s.adapter = &adapter;
+  s.max_events = cfg.timeline_events;
   if (cfg.timeline.empty()) return;
   s.exit_path = cfg.timeline;
   start_locked(s, 0);

@@ -37,18 +37,19 @@ class event_log_attachable {
   virtual void attach_event_log(profiler::event_log* log) = 0;
 };
 
-/// The default cap on events, and the environment variable that overrides it
-/// until the configuration has a key for it.
-inline constexpr std::size_t default_timeline_events = std::size_t{1} << 20;
-inline constexpr const char* timeline_events_env = "TENSORPAGER_TIMELINE_EVENTS";
+/// The default cap on events (config::timeline_events, the `timeline_events`
+/// key; the TENSORPAGER_TIMELINE_EVENTS variable that preceded the key is no
+/// longer read).
+inline constexpr std::size_t default_timeline_events = config{}.timeline_events;
 
 /// install() calls this before it installs anything: throws tp::config_error
-/// when cfg.timeline's extension names no format, or
-/// TENSORPAGER_TIMELINE_EVENTS is malformed.
+/// when cfg.timeline's extension names no format.
 void check_timeline_config(const config& cfg);
 
 /// install() calls this once the adapter is installed and registered: it
-/// remembers the adapter and, when cfg.timeline names a file, starts
+/// remembers the adapter and cfg.timeline_events (the cap of every log
+/// started from now on without an explicit one) and, when cfg.timeline
+/// names a file, starts
 /// recording and arranges the dump to that file at exit (Note [Dump at exit]
 /// in profiler_glue.cpp). Throws std::bad_alloc.
 void on_adapter_installed(event_log_attachable& adapter, const config& cfg);

@@ -103,8 +103,8 @@ std::vector<tp::segment_snapshot> snapshot();
 // --- memory timelines (hooks/profiler_glue.cpp; docs/timelines.md) ----------
 
 /// Starts recording the installed allocator's events into a new event log of
-/// at most max_events events (0: the TENSORPAGER_TIMELINE_EVENTS variable,
-/// else 1 Mi events, 80 MiB at most); a recording in progress is replaced.
+/// at most max_events events (0: the `timeline_events` key, 1 Mi events by
+/// default, 80 MiB at most); a recording in progress is replaced.
 /// The `timeline:PATH` key starts one at install and dumps it to PATH at
 /// exit. Throws tp::error when nothing is installed.
 void start_timeline(std::size_t max_events = 0);

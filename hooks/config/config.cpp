@@ -10,6 +10,7 @@
 
 #include "core/errors.hpp"
 #include "core/format_bytes.hpp"
+#include "hooks/config/compress_spec.hpp"
 #include "hooks/config/parse_bytes.hpp"
 
 namespace tp {
@@ -17,7 +18,7 @@ namespace {
 
 // The key table (config.hpp, config_keys()). Parsing dispatches on these
 // names; a test checks every row parses its own default.
-constexpr std::array<config_key_info, 10> key_table = {{
+constexpr std::array<config_key_info, 12> key_table = {{
     {"backend", "choice", "tensorpager, native, cudaMallocAsync", "tensorpager",
      "Which allocator serves the process; native and cudaMallocAsync leave PyTorch's own in "
      "charge."},
@@ -35,7 +36,10 @@ constexpr std::array<config_key_info, 10> key_table = {{
     {"policy", "choice", "lru, dtr, capuchin, hybrid", "hybrid",
      "Eviction policy: LRU, DTR's score, Capuchin's swap-or-recompute, or hybrid."},
     {"timeline", "path", "a file path without ',' (empty: off)", "",
-     "Write a Perfetto/Chrome timeline of memory events to this file at exit."},
+     "Record memory events and write them to this file at exit; its extension chooses the "
+     "format: .json Perfetto, .pickle memory_viz, .html page, .txt report."},
+    {"timeline_events", "count", "a whole number > 0", "1048576",
+     "Cap on the events a timeline keeps (80 bytes each); later ones are counted as dropped."},
     {"record_trace", "path", "a file path without ',' (empty: off)", "",
      "Record an allocation trace to this file for replay on the simulator."},
     {"device", "choice", "cuda, cpu", "cuda",
@@ -43,6 +47,12 @@ constexpr std::array<config_key_info, 10> key_table = {{
      "device."},
     {"sim_capacity", "size", "a size > 0", "64GiB",
      "Memory of the simulated device behind the cpu adapter."},
+    {"compress", "spec",
+     "none, pool2, bf16, fp8, or rules Selector=method joined by ';' (Conv2d=pool2;ReLU=bf16), "
+     "where Selector is a module class name or * and method one of pool2, bf16, fp8, none",
+     "none",
+     "Store the saved activations of the selected module classes compressed for backward, "
+     "process-wide once torch is imported (gradients become approximate)."},
 }};
 
 template <typename E>
@@ -188,6 +198,25 @@ std::optional<memory_budget> parse_budget(const entry_context& ctx) {
 
 std::string parse_path(const entry_context& ctx) { return std::string(ctx.value); }
 
+std::size_t parse_count(const entry_context& ctx) {
+  const std::string_view v = ctx.value;
+  if (v.empty()) ctx.fail("the value is empty");
+  std::size_t n = 0;
+  for (const char ch : v) {
+    if (ch < '0' || ch > '9') ctx.fail(fmt::format("'{}' is not a whole number", v));
+    if (n > (SIZE_MAX - 9) / 10) ctx.fail(fmt::format("'{}' is too large", v));
+    n = n * 10 + static_cast<std::size_t>(ch - '0');
+  }
+  if (n == 0) ctx.fail("0 would keep no events; leave timeline unset to record nothing");
+  return n;
+}
+
+std::string parse_compress(const entry_context& ctx) {
+  const std::string problem = compress_spec_problem(ctx.value);
+  if (!problem.empty()) ctx.fail(problem);
+  return normalize_compress_spec(ctx.value);
+}
+
 void apply(config& c, const entry_context& ctx) {
   const std::string_view k = ctx.key->name;
   if (k == "backend") {
@@ -204,6 +233,10 @@ void apply(config& c, const entry_context& ctx) {
     c.policy = parse_choice(ctx, policy_choices);
   } else if (k == "timeline") {
     c.timeline = parse_path(ctx);
+  } else if (k == "timeline_events") {
+    c.timeline_events = parse_count(ctx);
+  } else if (k == "compress") {
+    c.compress = parse_compress(ctx);
   } else if (k == "record_trace") {
     c.record_trace = parse_path(ctx);
   } else if (k == "device") {
@@ -369,11 +402,23 @@ std::string to_string(const config& c) {
   }
   if (c.policy != defaults.policy) add("policy", to_string(c.policy));
   add_path("timeline", c.timeline);
+  if (c.timeline_events != defaults.timeline_events) {
+    if (c.timeline_events == 0) throw config_error("timeline_events of 0 cannot be written; it must be > 0");
+    add("timeline_events", std::to_string(c.timeline_events));
+  }
   add_path("record_trace", c.record_trace);
   if (c.device != defaults.device) add("device", to_string(c.device));
   if (c.sim_capacity != defaults.sim_capacity) {
     if (c.sim_capacity == 0) throw config_error("sim_capacity of 0 bytes cannot be written");
     add("sim_capacity", format_size_exact(c.sim_capacity));
+  }
+  if (!c.compress.empty()) {
+    const std::string problem = compress_spec_problem(c.compress);
+    if (!problem.empty() || c.compress.find(',') != std::string::npos) {
+      throw config_error(fmt::format("compress '{}' cannot be written as configuration text: {}", c.compress,
+                                     problem.empty() ? std::string("it holds ','") : problem));
+    }
+    add("compress", normalize_compress_spec(c.compress));
   }
   return fmt::format("{}", fmt::join(out, ","));
 }

@@ -10,7 +10,8 @@
 // anywhere else is an error. Keys are lower case and case-sensitive; the
 // values of choice keys (policy:LRU) and size units are case-insensitive. A
 // value runs from the first ':' to the next ',', so a value may contain ':'
-// (timeline:C:/runs/a.json) but never ','. Each key may be given once. Sizes
+// (timeline:C:/runs/a.json) or '=' and ';' (compress:Conv2d=pool2;ReLU=bf16)
+// but never ','. Each key may be given once. Sizes
 // follow Note [Size grammar] in parse_bytes.hpp. Keys that can be unlimited
 // (budget, host_budget, max_split_size) also accept "none", their default.
 //
@@ -82,9 +83,12 @@ struct config {
   std::optional<std::size_t> max_split_size;    ///< none: unlimited; else >= min_max_split_size
   policy_kind policy = policy_kind::hybrid;
   std::string timeline;                         ///< empty: no timeline file
+  std::size_t timeline_events = std::size_t{1} << 20;  ///< the timeline's cap on events, > 0
   std::string record_trace;                     ///< empty: no trace file
   device_kind device = device_kind::cuda;
   std::size_t sim_capacity = std::size_t{64} << 30;  ///< 64 GiB
+  /// Note [Compress key grammar], trimmed; empty: off (the key's "none").
+  std::string compress;
 
   friend bool operator==(const config&, const config&) = default;
 };

@@ -289,8 +289,8 @@ def start_timeline(max_events: int | None = None, *, track_phases: bool = True) 
 
     Args:
         max_events: the most events kept (80 bytes each); later ones are
-            counted as dropped. None: ``TENSORPAGER_TIMELINE_EVENTS``, else
-            1048576.
+            counted as dropped. None: the ``timeline_events`` configuration
+            key (default 1048576).
         track_phases: label allocations with the module and the training phase
             (forward, backward, optimizer step) through PyTorch's global hooks.
 

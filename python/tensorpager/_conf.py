@@ -170,7 +170,8 @@ def move_alloc_conf_keys(environ: MutableMapping[str, str]) -> list[str]:
 def option_to_text(key: str, value: object) -> str:
     """Writes one ``tp.install(**options)`` value as configuration text.
 
-    ints (not bools) are bytes (``4096`` -> ``4096B``); a float is a ratio
+    ints (not bools) are bytes (``4096`` -> ``4096B``), or a count for a
+    count key (``timeline_events=4096``); a float is a ratio
     (budget only); ``None`` is ``none``; ``os.PathLike`` is its path; a str is
     passed as written. The C++ parser judges the result.
 
@@ -191,6 +192,8 @@ def option_to_text(key: str, value: object) -> str:
         text = "none"
     elif isinstance(value, bool):
         raise TypeError(f"tensorpager.install(): {key}={value!r}: a bool is not a valid value")
+    elif isinstance(value, int) and kind == "count":
+        text = str(value)
     elif isinstance(value, int):
         if "size" not in kind:
             raise TypeError(f"tensorpager.install(): {key}={value!r}: {key} takes a {kind}, not an int")

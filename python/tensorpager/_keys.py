@@ -13,7 +13,8 @@ This module imports nothing.
 from __future__ import annotations
 
 #: One row per key, in documentation order: (name, kind, default as written).
-#: kind is one of "choice", "size or ratio", "size", "path", as in C++.
+#: kind is one of "choice", "size or ratio", "size", "path", "count" (a whole
+#: number), "spec" (compress's rules), as in C++.
 KEY_TABLE: tuple[tuple[str, str, str], ...] = (
     ("backend", "choice", "tensorpager"),
     ("budget", "size or ratio", "none"),
@@ -22,9 +23,11 @@ KEY_TABLE: tuple[tuple[str, str, str], ...] = (
     ("max_split_size", "size", "none"),
     ("policy", "choice", "hybrid"),
     ("timeline", "path", ""),
+    ("timeline_events", "count", "1048576"),
     ("record_trace", "path", ""),
     ("device", "choice", "cuda"),
     ("sim_capacity", "size", "64GiB"),
+    ("compress", "spec", "none"),
 )
 
 #: Every key tensorpager's parser accepts, in documentation order.
@@ -33,7 +36,7 @@ KEYS: tuple[str, ...] = tuple(row[0] for row in KEY_TABLE)
 #: The default of each key, as configuration text ("" for an unset path).
 DEFAULTS: dict[str, str] = {row[0]: row[2] for row in KEY_TABLE}
 
-#: The kind of each key ("choice", "size or ratio", "size", "path").
+#: The kind of each key (see KEY_TABLE).
 KINDS: dict[str, str] = {row[0]: row[1] for row in KEY_TABLE}
 
 #: The value of ``backend`` that selects tensorpager. Any other backend

@@ -117,6 +117,8 @@ TEST(Config, EmptyTextMeansAllDefaults) {
   EXPECT_EQ(c.policy, tp::policy_kind::hybrid);
   EXPECT_EQ(c.device, tp::device_kind::cuda);
   EXPECT_EQ(c.sim_capacity, 64 * GiB);
+  EXPECT_EQ(c.timeline_events, std::size_t{1} << 20);
+  EXPECT_EQ(c.compress, "");
 }
 
 TEST(Config, EveryKeyTableDefaultParsesToTheDefault) {
@@ -126,7 +128,7 @@ TEST(Config, EveryKeyTableDefaultParsesToTheDefault) {
     EXPECT_FALSE(key.accepted.empty());
     EXPECT_FALSE(key.description.empty());
   }
-  EXPECT_EQ(tp::config_keys().size(), 10u);
+  EXPECT_EQ(tp::config_keys().size(), 12u);
   EXPECT_THAT(tp::config_keys_markdown(), HasSubstr("| `max_split_size` |"));
 }
 
@@ -134,7 +136,7 @@ TEST(Config, ParsesEveryKey) {
   const tp::config c = tp::parse_config(
       "backend:native, budget:12GiB, host_budget:32GB, host_fallback:pageable, "
       "max_split_size:128MiB, policy:dtr, timeline:/tmp/run.json, record_trace:C:/t/a.trace, "
-      "device:cpu, sim_capacity:8GiB",
+      "device:cpu, sim_capacity:8GiB, timeline_events:5000, compress: Conv2d=pool2;ReLU=bf16 ",
       "TENSORPAGER_CONF");
   EXPECT_EQ(c.backend, tp::backend_kind::native);
   EXPECT_EQ(c.budget, tp::memory_budget{12 * GiB});
@@ -146,6 +148,57 @@ TEST(Config, ParsesEveryKey) {
   EXPECT_EQ(c.record_trace, "C:/t/a.trace");
   EXPECT_EQ(c.device, tp::device_kind::cpu);
   EXPECT_EQ(c.sim_capacity, 8 * GiB);
+  EXPECT_EQ(c.timeline_events, 5000u);
+  EXPECT_EQ(c.compress, "Conv2d=pool2;ReLU=bf16");
+}
+
+TEST(Config, TimelineEventsIsAWholeNumberAboveZero) {
+  EXPECT_EQ(tp::parse_config("timeline_events:1", "x").timeline_events, 1u);
+  for (const char* bad : {"timeline_events:0", "timeline_events:-5", "timeline_events:1e6", "timeline_events:1MiB",
+                          "timeline_events:", "timeline_events:99999999999999999999999"}) {
+    try {
+      (void)tp::parse_config(bad, "TENSORPAGER_CONF");
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const tp::config_error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(std::string("in '") + bad + "'"));
+      EXPECT_THAT(e.what(), HasSubstr("a whole number > 0"));
+    }
+  }
+}
+
+TEST(Config, CompressAcceptsMethodsRulesAndClassNames) {
+  EXPECT_EQ(tp::parse_config("compress:none", "x").compress, "");
+  EXPECT_EQ(tp::parse_config("compress:NONE", "x"), tp::config{});
+  EXPECT_EQ(tp::parse_config("compress:pool2", "x").compress, "pool2");
+  EXPECT_EQ(tp::parse_config("compress:BF16", "x").compress, "BF16");
+  EXPECT_EQ(tp::parse_config("compress:*=fp8;BatchNorm2d=bf16;Linear=none", "x").compress,
+            "*=fp8;BatchNorm2d=bf16;Linear=none");
+  // The value runs to the next ',': '=' and ';' belong to it.
+  const tp::config c = tp::parse_config("compress:Conv2d=pool2;ReLU=bf16,budget:0.5", "x");
+  EXPECT_EQ(c.compress, "Conv2d=pool2;ReLU=bf16");
+  EXPECT_TRUE(c.budget);
+}
+
+TEST(Config, CompressRejectsBadSpecsNamingTheRule) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"compress:zip", "'zip' is neither a method nor a Selector=method rule"},
+      {"compress:Conv2d=zip", "rule 'Conv2d=zip': 'zip' is not a method"},
+      {"compress:Conv2d=pool2;", "a rule is empty"},
+      {"compress:=bf16", "rule '=bf16' has no selector"},
+      {"compress:Conv2d=pool2;ReLU", "rule 'ReLU' is not Selector=method"},
+      {"compress:layer1.*=fp8", "selector 'layer1.*' is not a module class name or *"},
+      {"compress:", "the value is empty"},
+  };
+  for (const auto& [text, problem] : cases) {
+    try {
+      (void)tp::parse_config(text, "TENSORPAGER_CONF");
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const tp::config_error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(problem)) << text;
+      EXPECT_THAT(e.what(), HasSubstr("compress accepts none, pool2, bf16, fp8")) << text;
+      EXPECT_THAT(e.what(), HasSubstr("TENSORPAGER_CONF: in '")) << text;
+    }
+  }
 }
 
 TEST(Config, TrimsBlanksAndToleratesATrailingComma) {
@@ -263,6 +316,9 @@ TEST(Config, ToStringRoundTrips) {
       "backend:native,budget:1.0,host_budget:1.5GB,host_fallback:pageable",
       "max_split_size:128MiB,timeline:C:/a b/run.json,record_trace:x.trace,device:cpu",
       "sim_capacity:1000,budget:4097",
+      "timeline:run.html,timeline_events:123",
+      "compress:Conv2d=pool2;ReLU=bf16,device:cpu",
+      "compress:fp8",
   };
   for (const char* text : texts) {
     const tp::config c = tp::parse_config(text, "x");
@@ -279,6 +335,12 @@ TEST(Config, ToStringRejectsValuesTheGrammarCannotCarry) {
   EXPECT_THROW((void)tp::to_string(c), tp::config_error);
   c = {};
   c.budget = tp::memory_budget{1.5};
+  EXPECT_THROW((void)tp::to_string(c), tp::config_error);
+  c = {};
+  c.timeline_events = 0;
+  EXPECT_THROW((void)tp::to_string(c), tp::config_error);
+  c = {};
+  c.compress = "Conv2d=zip";
   EXPECT_THROW((void)tp::to_string(c), tp::config_error);
 }
 
@@ -362,6 +424,7 @@ TEST(Budget, ResolvesForADeviceAndRefusesWhatCannotWork) {
 
 TEST(Config, NamesSettingsThatAreAcceptedButNotActedOnYet) {
   EXPECT_TRUE(tp::inert_settings(tp::parse_config("budget:1GiB,max_split_size:64MiB", "test")).empty());
+  EXPECT_TRUE(tp::inert_settings(tp::parse_config("compress:bf16,timeline_events:10,timeline:a.txt", "test")).empty());
   const auto inert = tp::inert_settings(tp::parse_config("policy:dtr,host_budget:1GiB,record_trace:t.json", "test"));
   EXPECT_EQ(inert, (std::vector<std::string_view>{"policy", "host_budget", "record_trace"}));
 }
