@@ -1,0 +1,173 @@
+#include "profiler/sim/cli.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <fstream>
+#include <optional>
+#include <ostream>
+
+#include "core/errors.hpp"
+#include "hooks/config/parse_bytes.hpp"
+#include "profiler/sim/dtr_import.hpp"
+#include "profiler/sim/slowdown_svg.hpp"
+#include "profiler/sim/sweep.hpp"
+#include "profiler/sim/trace_io.hpp"
+
+namespace tp::sim {
+namespace {
+
+struct cli_args {
+  std::string trace_path;
+  std::optional<double> ratio;
+  std::optional<std::size_t> budget_bytes;
+  policy_kind policy = policy_kind::hybrid;
+  bool sweep = false;
+  std::string plot;
+  std::string title;
+  sim_options options;
+};
+
+double parse_number(const std::string& flag, const std::string& text, const char* accepted) {
+  double v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || end != text.data() + text.size()) {
+    throw config_error(fmt::format("tp-sim: {} '{}' is not a number; accepted: {}", flag, text, accepted));
+  }
+  return v;
+}
+
+void parse_budget(const std::string& text, cli_args& a) {
+  constexpr const char* accepted =
+      "a ratio of the unconstrained peak in (0, 1] written with a point (0.5, 1.0), or a size > 0";
+  if (looks_like_ratio(text)) {
+    const auto r = try_parse_ratio(text);
+    if (!r) throw config_error(fmt::format("tp-sim: --budget '{}' is not a ratio in (0, 1]; accepted: {}", text, accepted));
+    a.ratio = *r;
+    return;
+  }
+  const bytes_parse_result b = parse_bytes(text);
+  if (b.error != bytes_error::none || b.bytes == 0) {
+    throw config_error(fmt::format("tp-sim: --budget '{}' is {}; accepted: {} ({})", text,
+                                   b.error != bytes_error::none ? describe(b.error) : "0 bytes", accepted,
+                                   accepted_size_forms));
+  }
+  a.budget_bytes = b.bytes;
+}
+
+cli_args parse(const std::vector<std::string>& args) {
+  cli_args a;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    auto value = [&]() -> const std::string& {
+      if (i + 1 >= args.size()) throw config_error(fmt::format("tp-sim: {} needs a value", arg));
+      return args[++i];
+    };
+    if (arg == "--budget") {
+      parse_budget(value(), a);
+    } else if (arg == "--policy") {
+      a.policy = parse_policy_kind(value());
+    } else if (arg == "--sweep") {
+      a.sweep = true;
+    } else if (arg == "--plot") {
+      a.plot = value();
+      a.sweep = true;
+    } else if (arg == "--title") {
+      a.title = value();
+    } else if (arg == "--bandwidth") {
+      const double gbps = parse_number(arg, value(), "GB/s > 0, e.g. 50");
+      if (!(gbps > 0)) throw config_error("tp-sim: --bandwidth must be > 0 GB/s");
+      a.options.bandwidth_bytes_per_s = gbps * 1e9;
+    } else if (arg == "--latency-us") {
+      const double us = parse_number(arg, value(), "microseconds >= 0, e.g. 5");
+      if (!(us >= 0)) throw config_error("tp-sim: --latency-us must be >= 0");
+      a.options.latency_ns = static_cast<std::int64_t>(us * 1000.0);
+    } else if (arg == "--compute-scale") {
+      const double x = parse_number(arg, value(), "a factor > 0, e.g. 0.1");
+      if (!(x > 0)) throw config_error("tp-sim: --compute-scale must be > 0");
+      a.options.compute_scale = x;
+    } else if (arg == "--repeat") {
+      const double n = parse_number(arg, value(), "an integer >= 1");
+      if (!(n >= 1) || n != static_cast<double>(static_cast<std::size_t>(n))) {
+        throw config_error("tp-sim: --repeat must be an integer >= 1");
+      }
+      a.options.repeat = static_cast<std::size_t>(n);
+    } else if (arg == "--no-proactive-offload") {
+      a.options.proactive_offload = false;
+    } else if (arg == "--no-prefetch-ahead") {
+      a.options.prefetch_ahead = false;
+    } else if (arg == "-h" || arg == "--help") {
+      a.trace_path = "--help";
+      return a;
+    } else if (!arg.empty() && arg[0] == '-') {
+      throw config_error(fmt::format("tp-sim: unknown option '{}'", arg));
+    } else if (a.trace_path.empty()) {
+      a.trace_path = arg;
+    } else {
+      throw config_error(fmt::format("tp-sim: more than one trace given ('{}' and '{}')", a.trace_path, arg));
+    }
+  }
+  if (a.trace_path.empty()) throw config_error("tp-sim: no TRACE given");
+  return a;
+}
+
+}  // namespace
+
+std::string cli_usage() {
+  return "usage: tp-sim TRACE [--budget RATIO|SIZE] [--policy lru|dtr|capuchin|hybrid]\n"
+         "              [--sweep] [--plot OUT.svg] [--title TEXT] [--bandwidth GBPS]\n"
+         "              [--latency-us US] [--compute-scale X] [--repeat N]\n"
+         "              [--no-proactive-offload] [--no-prefetch-ahead]\n"
+         "TRACE: a tensorpager trace (docs/trace_format.md) or a DTR log.\n"
+         "--budget: a ratio of the unconstrained peak reserved bytes (0.5) or a size (12GiB);\n"
+         "  none: only the unconstrained replay. --sweep: ratios 1.0..0.1 for every policy.\n"
+         "Copies: --bandwidth 50 (GB/s) and --latency-us 5 by default (PCIe 5.0 x16, pinned).\n";
+}
+
+int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  try {
+    cli_args a = parse(args);
+    if (a.trace_path == "--help") {
+      out << cli_usage();
+      return 0;
+    }
+    const trace t = looks_like_dtr(a.trace_path) ? import_dtr_file(a.trace_path) : read_trace_file(a.trace_path);
+    out << fmt::format("trace {}: {} source, {} storages, {} ops, {} step(s), compute {:.3f} ms (x{})\n",
+                       a.trace_path, t.source, t.storages.size(), t.ops.size(), t.steps(),
+                       static_cast<double>(t.compute_ns()) / 1e6 * a.options.compute_scale,
+                       a.options.compute_scale);
+    out << fmt::format("copies: {:.1f} GB/s, {} us latency; replays: {} (the last is measured)\n\n",
+                       a.options.bandwidth_bytes_per_s / 1e9, static_cast<double>(a.options.latency_ns) / 1e3,
+                       a.options.repeat);
+    if (a.sweep) {
+      const sweep_result s = run_sweep(t, a.options, default_ratios(), all_policies());
+      out << format_sweep_table(s) << '\n' << format_sweep_summary(s);
+      if (!a.plot.empty()) {
+        std::ofstream svg(a.plot);
+        if (!svg) throw error(fmt::format("tp-sim: cannot write --plot '{}'", a.plot));
+        svg << render_slowdown_svg(s, a.title.empty() ? fmt::format("Slowdown vs budget: {}", a.trace_path) : a.title);
+        out << fmt::format("\nplot: {}\n", a.plot);
+      }
+      return 0;
+    }
+    sim_options free_run = a.options;
+    const sim_report unconstrained = simulate(t, free_run);
+    if (!a.ratio && !a.budget_bytes) {
+      out << format_report(unconstrained);
+      return 0;
+    }
+    sim_options o = a.options;
+    o.policy = a.policy;
+    o.budget_bytes = a.ratio ? budget_for_ratio(unconstrained, *a.ratio) : *a.budget_bytes;
+    sim_report r = simulate(t, o);
+    compare(r, unconstrained);
+    if (a.ratio) out << fmt::format("budget ratio:      {:.3f} of {} B\n", *a.ratio, unconstrained.peak_reserved);
+    out << format_report(r);
+    return 0;
+  } catch (const error& e) {
+    err << e.what() << '\n' << cli_usage();
+    return 2;
+  }
+}
+
+}  // namespace tp::sim

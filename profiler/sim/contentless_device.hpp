@@ -1,0 +1,140 @@
+#pragma once
+// contentless_device: a device adaptor (RMM's habit: a concern added by
+// wrapping) that forwards everything to a simulated_device except the bytes
+// of copies.
+//
+// Note [Deterministic addresses]
+// The caching allocator orders free blocks by (size, address) and the
+// policies prefer victims adjacent to the previous one, so addresses decide
+// ties. simulated_device hands out aligned_alloc memory, whose addresses
+// vary from run to run, which made two identical runs differ. This adaptor
+// therefore serves try_allocate and try_allocate_host from two address-space
+// reservations of its own (PROT_NONE, nothing committed: with copies
+// without contents, no byte of device or pinned memory is ever touched), by
+// bumping a pointer: addresses grow in allocation order, the same in every
+// run. Freed ranges are not reused (the reservations are large enough for
+// any trace here: reserve_bytes each); capacity is counted as the wrapped
+// device counts it.
+//
+// Note [Copies without contents]
+// A trace has sizes, not tensor values, so the simulator has nothing to
+// preserve in a copy; but simulated_device performs every copy with real
+// memmoves when it retires, which for a multi-GiB trace commits GiBs of
+// pages (device segments and pinned host blocks that are otherwise only
+// reserved address space) and spends seconds per run in page faults.
+// copy_async is therefore forwarded with the same byte count, stream and
+// order, but between two scratch buffers this adaptor owns (memory the
+// simulated device does not know, which it accepts as pageable host memory),
+// so the copy's modelled duration, its events and the stream ordering are the
+// simulated device's own, and memory stays untouched. Scratch grows to the
+// largest copy. Nothing else is changed: allocation, budgets, streams and
+// events are the wrapped device's. Consequence: freeing memory does not wait
+// for a copy that "reads" it, so callers must order frees after copy events
+// themselves, which the runtime does (Note [Offload ordering] in
+// transfer_engine.hpp).
+
+#include <algorithm>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "device/simulated_device.hpp"
+
+namespace tp::sim {
+
+/// Thread-safety: as the wrapped device; the scratch buffers are guarded by
+/// a mutex. Lifetime: `inner` must outlive the adaptor.
+class contentless_device final : public device {
+ public:
+  /// Reserves the two address ranges; throws tp::error when mmap fails.
+  /// `capacity`, `host_capacity`: what try_allocate(_host) may hand out at once.
+  contentless_device(simulated_device& inner, std::size_t capacity, std::size_t host_capacity);
+  ~contentless_device() override;
+  contentless_device(const contentless_device&) = delete;
+  contentless_device& operator=(const contentless_device&) = delete;
+
+  std::string name() const override { return inner_.name() + " (contentless copies)"; }
+  /// Note [Deterministic addresses]. nullptr past capacity.
+  void* try_allocate(std::size_t bytes) override { return device_.take(bytes); }
+  void deallocate(void* ptr, std::size_t bytes) noexcept override { device_.give(ptr, bytes); }
+  std::size_t granularity() const override { return inner_.granularity(); }
+  void* reserve(std::size_t bytes) override { return inner_.reserve(bytes); }
+  void release(void* base, std::size_t bytes) noexcept override { inner_.release(base, bytes); }
+  bool try_map(void* ptr, std::size_t bytes) override { return inner_.try_map(ptr, bytes); }
+  void unmap(void* ptr, std::size_t bytes) noexcept override { inner_.unmap(ptr, bytes); }
+  void* try_allocate_host(std::size_t bytes) override { return host_.take(bytes); }
+  void deallocate_host(void* ptr, std::size_t bytes) noexcept override { host_.give(ptr, bytes); }
+  stream_id create_stream() override { return inner_.create_stream(); }
+  void destroy_stream(stream_id s) noexcept override { inner_.destroy_stream(s); }
+  bool is_stream(stream_id s) const override { return inner_.is_stream(s); }
+  void synchronize(stream_id s) override { inner_.synchronize(s); }
+  event_id create_event() override { return inner_.create_event(); }
+  void destroy_event(event_id e) noexcept override { inner_.destroy_event(e); }
+  void record_event(event_id e, stream_id s) override { inner_.record_event(e, s); }
+  bool query_event(event_id e) override { return inner_.query_event(e); }
+  void synchronize_event(event_id e) override { inner_.synchronize_event(e); }
+  void stream_wait_event(stream_id s, event_id e) override { inner_.stream_wait_event(s, e); }
+  memory_info memory() const override;
+
+  /// Note [Deterministic addresses]
+// The caching allocator orders free blocks by (size, address) and the
+// policies prefer victims adjacent to the previous one, so addresses decide
+// ties. simulated_device hands out aligned_alloc memory, whose addresses
+// vary from run to run, which made two identical runs differ. This adaptor
+// therefore serves try_allocate and try_allocate_host from two address-space
+// reservations of its own (PROT_NONE, nothing committed: with copies
+// without contents, no byte of device or pinned memory is ever touched), by
+// bumping a pointer: addresses grow in allocation order, the same in every
+// run. Freed ranges are not reused (the reservations are large enough for
+// any trace here: reserve_bytes each); capacity is counted as the wrapped
+// device counts it.
+//
+// Note [Copies without contents]: the same copy, between scratch buffers.
+  void copy_async(void* /*dst*/, const void* /*src*/, std::size_t bytes, stream_id stream) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bytes > scratch_bytes_) {
+      // A queued copy may still name the old buffers, so they live as long
+      // as the adaptor; doubling keeps them under twice the largest copy.
+      // Default-initialised: pages are touched only by the copies.
+      retired_.push_back(std::move(dst_));
+      retired_.push_back(std::move(src_));
+      scratch_bytes_ = std::max(bytes, 2 * scratch_bytes_);
+      dst_.reset(new std::byte[scratch_bytes_]);
+      src_.reset(new std::byte[scratch_bytes_]);
+    }
+    inner_.copy_async(dst_.get(), src_.get(), bytes, stream);
+  }
+
+ private:
+  // One reservation served by a bump pointer (Note [Deterministic addresses]).
+  class arena {
+   public:
+    arena(std::size_t capacity, const char* what);
+    ~arena();
+    arena(const arena&) = delete;
+    arena& operator=(const arena&) = delete;
+    void* take(std::size_t bytes);
+    void give(void* ptr, std::size_t bytes) noexcept;
+    std::size_t used() const;
+    std::size_t capacity() const { return capacity_; }
+
+   private:
+    mutable std::mutex mu_;
+    std::byte* base_ = nullptr;
+    std::size_t capacity_ = 0;
+    std::size_t next_ = 0;  // offset of the next range
+    std::size_t used_ = 0;  // bytes handed out and not given back
+  };
+
+  simulated_device& inner_;
+  arena device_;
+  arena host_;
+  std::mutex mu_;
+  std::size_t scratch_bytes_ = 0;
+  std::unique_ptr<std::byte[]> dst_, src_;
+  std::vector<std::unique_ptr<std::byte[]>> retired_;
+};
+
+}  // namespace tp::sim

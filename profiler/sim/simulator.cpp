@@ -1,0 +1,315 @@
+#include "profiler/sim/simulator.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "allocator/caching_allocator.hpp"
+#include "allocator/pinned_host_pool.hpp"
+#include "core/clock.hpp"
+#include "core/errors.hpp"
+#include "device/simulated_device.hpp"
+#include "profiler/sim/contentless_device.hpp"
+#include "profiler/sim/recompute_plan.hpp"
+#include "runtime/runtime.hpp"
+
+namespace tp::sim {
+namespace {
+
+// Capacities are counters, not memory (Note [Deterministic addresses]); the
+// budget is the caching allocator's.
+constexpr std::size_t huge_bytes = std::size_t{1} << 42;
+constexpr int max_recompute_depth = 256;
+constexpr int max_residency_passes = 4;
+
+class replay;
+
+// The simulator's side of one tracked storage (storage_binding's contract).
+class sim_binding final : public storage_binding {
+ public:
+  sim_binding(replay& r, std::size_t index, void* ptr) : replay_(r), index_(index), ptr_(ptr) {}
+  void* device_ptr() const override { return ptr_; }
+  void release_device() noexcept override;
+  void* allocate_device(std::size_t bytes) override;
+  void recompute() override;
+  void* take() { return std::exchange(ptr_, nullptr); }
+
+ private:
+  replay& replay_;
+  std::size_t index_;
+  void* ptr_;
+};
+
+// Note [Re-created storages]
+// Re-creating a dropped storage may need an input the trace has already
+// freed (Note [Recomputable storages]). Such an input is re-created and then
+// kept, tracked as an evictable (and droppable) tensor, until the replay
+// ends, as DTR keeps the metadata of freed tensors that evicted ones depend
+// on: freeing it at once would re-create it for every dependent, and chains
+// of such re-creations grow exponentially with depth (ResNet's residual adds
+// read two of them). The policy evicts it like any other tensor.
+
+// One simulate() call. Members are declared in construction order.
+class replay {
+ public:
+  replay(const trace& t, const sim_options& o)
+      : t_(t), o_(o), plan_(recompute_plan::build(t)),
+        sim_dev_(device_options(o), clk_),
+        dev_(sim_dev_, huge_bytes, huge_bytes),
+        alloc_(dev_, {.budget = o.budget_bytes}),
+        host_(dev_, {}),
+        compute_(dev_.create_stream()),
+        live_(t.storages.size()) {
+    memory_runtime::options ro;
+    ro.policy = o.policy;
+    ro.bandwidth = {.bytes_per_s = o.bandwidth_bytes_per_s, .latency_ns = o.latency_ns};
+    ro.seed = o.seed;
+    ro.proactive_offload = o.proactive_offload;
+    ro.prefetch_ahead = o.prefetch_ahead;
+    rt_ = std::make_unique<memory_runtime>(dev_, alloc_, host_, clk_, ro);
+  }
+  ~replay() {
+    // Untrack before the runtime goes, then free what the replay still holds.
+    try {
+      for (std::size_t i = 0; i < live_.size(); ++i) free_index(i);
+    } catch (...) {
+      std::terminate();  // untrack of a tensor the runtime tracks cannot fail: a simulator bug
+    }
+    rt_.reset();
+  }
+  replay(const replay&) = delete;
+  replay& operator=(const replay&) = delete;
+
+  sim_report run() {
+    sim_report r;
+    r.budget_bytes = o_.budget_bytes;
+    r.policy = o_.policy;
+    try {
+      for (std::size_t k = 0; k < o_.repeat; ++k) {
+        const std::int64_t t0 = clk_.now_ns();
+        const runtime_stats before = rt_->stats();
+        compute_ns_ = recompute_ns_ = 0;
+        replay_once();
+        const runtime_stats after = rt_->stats();
+        const std::int64_t elapsed = clk_.now_ns() - t0;
+        r.step_ns = elapsed / static_cast<std::int64_t>(t_.steps());
+        r.compute_ns = compute_ns_;
+        r.recompute_ns = recompute_ns_;
+        r.stall_ns = elapsed - compute_ns_ - recompute_ns_;
+        r.offloaded_bytes = after.offloaded_bytes - before.offloaded_bytes;
+        r.prefetched_bytes = after.prefetched_bytes - before.prefetched_bytes;
+        r.evictions = after.evictions + after.proactive_offloads - before.evictions - before.proactive_offloads;
+        r.drops = after.drops - before.drops;
+        r.recomputes = recomputes_;
+        recomputes_ = 0;
+      }
+    } catch (const out_of_memory& e) {
+      r.fits = false;
+      r.failure = e.what();
+    } catch (const error& e) {
+      if (!co_residency_failed_) throw;
+      r.fits = false;
+      r.failure = e.what();
+    }
+    const allocator_stats a = alloc_.stats();
+    r.peak_reserved = static_cast<std::size_t>(a.reserved_bytes.all().peak);
+    r.peak_allocated = static_cast<std::size_t>(a.allocated_bytes.all().peak);
+    r.fragmentation = r.peak_reserved == 0 ? 0.0
+        : 1.0 - static_cast<double>(r.peak_allocated) / static_cast<double>(r.peak_reserved);
+    r.policy_wall_ns = rt_->stats().policy_ns;
+    return r;
+  }
+
+  // --- sim_binding's calls --------------------------------------------------
+  void* allocate(std::size_t bytes) { return alloc_.allocate(bytes, compute_); }
+  void deallocate(void* p) noexcept {
+    try {
+      alloc_.deallocate(p);
+    } catch (...) {
+      std::terminate();  // a pointer the allocator does not hold: a simulator bug
+    }
+  }
+  void* recompute(std::size_t index, int depth) {
+    if (depth > max_recompute_depth) {
+      throw error(fmt::format("simulator: recompute chain deeper than {} at storage {}",
+                              max_recompute_depth, t_.storages[index].id));
+    }
+    const op_record& op = t_.ops[plan_.producer[index]];
+    for (const auto* list : {&op.inputs, &op.mutates}) {
+      for (storage_id id : *list) {
+        const std::size_t i = t_.index_of(id);
+        slot& in = live_[i];
+        if (in.binding) {
+          rt_->access(in.tensor);
+        } else if (!in.alive) {
+          // Note [Re-created storages]
+          void* p = recompute(i, depth + 1);
+          in.binding = std::make_unique<sim_binding>(*this, i, p);
+          in.tensor = rt_->track(*in.binding, t_.storages[i].bytes, compute_, recompute_cost(i));
+        }
+      }
+    }
+    void* p = allocate(t_.storages[index].bytes);
+    dev_.synchronize(compute_);
+    const std::int64_t cost = scaled(op.time_ns);
+    clk_.advance(cost);
+    recompute_ns_ += cost;
+    ++recomputes_;
+    return p;
+  }
+
+ private:
+  struct slot {
+    bool alive = false;
+    void* ptr = nullptr;  // untracked storages
+    std::unique_ptr<sim_binding> binding;
+    tensor_id tensor{};
+  };
+
+  static simulated_device::options device_options(const sim_options& o) {
+    if (!(o.bandwidth_bytes_per_s > 0) || o.latency_ns < 0 || o.repeat == 0 || !(o.compute_scale > 0)) {
+      throw error(fmt::format(
+          "simulator: bandwidth must be > 0 (got {}), latency >= 0 (got {}), repeat >= 1 (got {}), "
+          "compute scale > 0 (got {})", o.bandwidth_bytes_per_s, o.latency_ns, o.repeat, o.compute_scale));
+    }
+    simulated_device::options d;
+    d.capacity_bytes = huge_bytes;
+    d.host_capacity_bytes = huge_bytes;
+    d.bandwidth_bytes_per_s = o.bandwidth_bytes_per_s;
+    d.latency_ns = o.latency_ns;
+    return d;
+  }
+
+  std::int64_t scaled(std::int64_t ns) const {
+    return o_.compute_scale == 1.0 ? ns
+                                   : static_cast<std::int64_t>(std::llround(static_cast<double>(ns) * o_.compute_scale));
+  }
+
+  // What the runtime is told a drop costs (0: swap only).
+  std::int64_t recompute_cost(std::size_t i) const {
+    if (!plan_.recomputable[i]) return 0;
+    return std::max<std::int64_t>(scaled(t_.ops[plan_.producer[i]].time_ns), 1);
+  }
+
+  void replay_once() {
+    // Pre-existing storages come first, and again after a replay freed them.
+    for (std::size_t i = 0; i < live_.size() && t_.storages[i].pre_existing; ++i) {
+      if (!live_[i].alive) live_[i].ptr = allocate(t_.storages[i].bytes);
+      live_[i].alive = true;
+    }
+    for (const event& e : t_.events) {
+      switch (e.what) {
+        case event::kind::op: run_op(t_.ops[e.op]); break;
+        case event::kind::free: free_index(t_.index_of(e.id)); break;
+        case event::kind::step: rt_->step(); break;
+      }
+    }
+    for (std::size_t i = 0; i < live_.size(); ++i) {
+      if (!t_.storages[i].pre_existing) free_index(i);
+    }
+    rt_->step();
+  }
+
+  void run_op(const op_record& op) {
+    std::vector<std::size_t> outs;
+    for (storage_id id : op.outputs) {
+      const std::size_t i = t_.index_of(id);
+      live_[i].ptr = allocate(t_.storages[i].bytes);
+      live_[i].alive = true;
+      outs.push_back(i);
+    }
+    std::vector<tensor_id> tracked;
+    for (const auto* list : {&op.inputs, &op.mutates}) {
+      for (storage_id id : *list) {
+        const slot& s = live_[t_.index_of(id)];
+        if (s.binding && std::find(tracked.begin(), tracked.end(), s.tensor) == tracked.end()) {
+          tracked.push_back(s.tensor);
+        }
+      }
+    }
+    make_co_resident(op, tracked);
+    dev_.synchronize(compute_);  // Note [Simulated time]: waits on prefetches
+    const std::int64_t cost = scaled(op.time_ns);
+    clk_.advance(cost);
+    compute_ns_ += cost;
+    for (std::size_t i : outs) {
+      if (!t_.storages[i].saved) continue;
+      slot& s = live_[i];
+      s.binding = std::make_unique<sim_binding>(*this, i, std::exchange(s.ptr, nullptr));
+      s.tensor = rt_->track(*s.binding, t_.storages[i].bytes, compute_, recompute_cost(i));
+    }
+  }
+
+  // Restoring one input may evict another (only the tensor being restored is
+  // pinned), so accesses repeat until all are resident together.
+  void make_co_resident(const op_record& op, const std::vector<tensor_id>& tracked) {
+    for (int pass = 0; pass < max_residency_passes; ++pass) {
+      for (tensor_id id : tracked) rt_->access(id);
+      const bool all = std::all_of(tracked.begin(), tracked.end(), [&](tensor_id id) {
+        const tensor_state st = rt_->state(id);
+        return st == tensor_state::resident || st == tensor_state::offloading;
+      });
+      if (all) return;
+    }
+    co_residency_failed_ = true;
+    throw error(fmt::format("the inputs of op {} could not be resident together under the budget "
+                            "(each restore evicted another)", op.name));
+  }
+
+  void free_index(std::size_t i) {
+    slot& s = live_[i];
+    if (s.binding) {
+      rt_->untrack(s.tensor);
+      if (void* p = s.binding->take()) deallocate(p);
+      s.binding.reset();
+    }
+    if (s.ptr != nullptr) deallocate(std::exchange(s.ptr, nullptr));
+    s.alive = false;
+  }
+
+  const trace& t_;
+  const sim_options o_;
+  const recompute_plan plan_;
+  manual_clock clk_;
+  simulated_device sim_dev_;
+  contentless_device dev_;  // Note [Copies without contents]
+  caching_allocator alloc_;
+  pinned_host_pool host_;
+  stream_id compute_;
+  std::vector<slot> live_;
+  std::unique_ptr<memory_runtime> rt_;
+  std::int64_t compute_ns_ = 0;
+  std::int64_t recompute_ns_ = 0;
+  std::uint64_t recomputes_ = 0;
+  bool co_residency_failed_ = false;
+};
+
+void sim_binding::release_device() noexcept {
+  replay_.deallocate(ptr_);
+  ptr_ = nullptr;
+}
+void* sim_binding::allocate_device(std::size_t bytes) {
+  ptr_ = replay_.allocate(bytes);
+  return ptr_;
+}
+void sim_binding::recompute() { ptr_ = replay_.recompute(index_, 0); }
+
+}  // namespace
+
+sim_report simulate(const trace& t, const sim_options& o) {
+  replay r(t, o);
+  return r.run();
+}
+
+void compare(sim_report& r, const sim_report& unconstrained) {
+  r.slowdown = unconstrained.step_ns > 0
+                   ? static_cast<double>(r.step_ns) / static_cast<double>(unconstrained.step_ns)
+                   : 1.0;
+}
+
+}  // namespace tp::sim

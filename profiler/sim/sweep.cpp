@@ -1,0 +1,127 @@
+#include "profiler/sim/sweep.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/format_bytes.hpp"
+
+namespace tp::sim {
+
+std::vector<double> default_ratios() {
+  std::vector<double> r;
+  for (int i = 10; i >= 1; --i) r.push_back(i / 10.0);
+  return r;
+}
+
+std::vector<policy_kind> all_policies() {
+  return {policy_kind::lru, policy_kind::dtr, policy_kind::capuchin, policy_kind::hybrid};
+}
+
+std::size_t budget_for_ratio(const sim_report& unconstrained, double ratio) {
+  const double b = std::floor(static_cast<double>(unconstrained.peak_reserved) * ratio);
+  return std::max<std::size_t>(static_cast<std::size_t>(b), 1);
+}
+
+sweep_result run_sweep(const trace& t, const sim_options& base, const std::vector<double>& ratios,
+                       const std::vector<policy_kind>& policies) {
+  sweep_result s;
+  sim_options free_run = base;
+  free_run.budget_bytes.reset();
+  s.unconstrained = simulate(t, free_run);
+  s.policies = policies;
+  s.ratios = ratios;
+  for (policy_kind p : policies) {
+    std::vector<sweep_point> row;
+    for (double ratio : ratios) {
+      sim_options o = base;
+      o.policy = p;
+      o.budget_bytes = budget_for_ratio(s.unconstrained, ratio);
+      sweep_point pt{ratio, simulate(t, o)};
+      compare(pt.report, s.unconstrained);
+      row.push_back(std::move(pt));
+    }
+    s.points.push_back(std::move(row));
+  }
+  return s;
+}
+
+namespace {
+std::string ms(std::int64_t ns) { return fmt::format("{:.3f} ms", static_cast<double>(ns) / 1e6); }
+}  // namespace
+
+std::string format_report(const sim_report& r) {
+  std::string out;
+  out += fmt::format("policy:            {}\n", to_string(r.policy));
+  out += fmt::format("budget:            {}\n",
+                     r.budget_bytes ? format_bytes(*r.budget_bytes) : std::string("none"));
+  out += fmt::format("fits:              {}\n", r.fits ? "yes" : "no");
+  if (!r.fits) out += fmt::format("why:               {}\n", r.failure);
+  out += fmt::format("peak reserved:     {} ({} B)\n", format_bytes(r.peak_reserved), r.peak_reserved);
+  out += fmt::format("peak allocated:    {} ({} B)\n", format_bytes(r.peak_allocated), r.peak_allocated);
+  out += fmt::format("fragmentation:     {:.1f}% (1 - peak allocated / peak reserved)\n", 100 * r.fragmentation);
+  if (!r.fits) return out;
+  out += fmt::format("step time:         {}\n", ms(r.step_ns));
+  out += fmt::format("slowdown:          {:.3f}x\n", r.slowdown);
+  out += fmt::format("compute:           {}\n", ms(r.compute_ns));
+  out += fmt::format("recompute:         {} ({} storages)\n", ms(r.recompute_ns), r.recomputes);
+  out += fmt::format("stall:             {}\n", ms(r.stall_ns));
+  out += fmt::format("offloaded:         {}\n", format_bytes(r.offloaded_bytes));
+  out += fmt::format("prefetched:        {}\n", format_bytes(r.prefetched_bytes));
+  out += fmt::format("evictions:         {} ({} drops)\n", r.evictions, r.drops);
+  out += fmt::format("policy wall time:  {}\n", ms(r.policy_wall_ns));
+  return out;
+}
+
+std::string format_sweep_table(const sweep_result& s) {
+  std::string out = fmt::format(
+      "Unconstrained: peak reserved {} ({} B), peak allocated {}, step {}.\n\n",
+      format_bytes(s.unconstrained.peak_reserved), s.unconstrained.peak_reserved,
+      format_bytes(s.unconstrained.peak_allocated), ms(s.unconstrained.step_ns));
+  out += "| policy | ratio | budget | fits | slowdown | step ms | recompute ms | stall ms | offloaded | "
+         "prefetched | evictions | peak reserved | frag | policy ms |\n";
+  out += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (std::size_t p = 0; p < s.points.size(); ++p) {
+    for (const sweep_point& pt : s.points[p]) {
+      const sim_report& r = pt.report;
+      if (!r.fits) {
+        out += fmt::format("| {} | {:.1f} | {} | no | | | | | | | | {} | | {:.3f} |\n", to_string(s.policies[p]),
+                           pt.ratio, format_bytes(r.budget_bytes.value_or(0)), format_bytes(r.peak_reserved),
+                           static_cast<double>(r.policy_wall_ns) / 1e6);
+        continue;
+      }
+      out += fmt::format(
+          "| {} | {:.1f} | {} | yes | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {} | {} | {} | {} | {:.1f}% | {:.3f} |\n",
+          to_string(s.policies[p]), pt.ratio, format_bytes(r.budget_bytes.value_or(0)), r.slowdown,
+          static_cast<double>(r.step_ns) / 1e6, static_cast<double>(r.recompute_ns) / 1e6,
+          static_cast<double>(r.stall_ns) / 1e6, format_bytes(r.offloaded_bytes), format_bytes(r.prefetched_bytes),
+          r.evictions, format_bytes(r.peak_reserved), 100 * r.fragmentation,
+          static_cast<double>(r.policy_wall_ns) / 1e6);
+    }
+  }
+  return out;
+}
+
+std::string format_sweep_summary(const sweep_result& s) {
+  auto at = [&](std::size_t p, double ratio) -> std::string {
+    for (const sweep_point& pt : s.points[p]) {
+      if (std::abs(pt.ratio - ratio) < 1e-9) {
+        return pt.report.fits ? fmt::format("{:.3f}", pt.report.slowdown) : std::string("does not fit");
+      }
+    }
+    return "-";
+  };
+  std::string out = "| policy | smallest fitting ratio | slowdown at 0.5 | slowdown at 0.3 |\n|---|---|---|---|\n";
+  for (std::size_t p = 0; p < s.points.size(); ++p) {
+    double smallest = -1;
+    for (const sweep_point& pt : s.points[p]) {
+      if (pt.report.fits && (smallest < 0 || pt.ratio < smallest)) smallest = pt.ratio;
+    }
+    out += fmt::format("| {} | {} | {} | {} |\n", to_string(s.policies[p]),
+                       smallest < 0 ? std::string("none") : fmt::format("{:.1f}", smallest), at(p, 0.5), at(p, 0.3));
+  }
+  return out;
+}
+
+}  // namespace tp::sim

@@ -1,0 +1,47 @@
+#pragma once
+// Budget sweeps and their text: one trace, every policy, budgets as ratios of
+// the unconstrained replay's peak reserved bytes.
+
+#include <string>
+#include <vector>
+
+#include "profiler/sim/simulator.hpp"
+
+namespace tp::sim {
+
+/// 1.0, 0.9, ..., 0.1.
+std::vector<double> default_ratios();
+/// lru, dtr, capuchin, hybrid.
+std::vector<policy_kind> all_policies();
+
+struct sweep_point {
+  double ratio = 1.0;
+  sim_report report;
+};
+
+struct sweep_result {
+  sim_report unconstrained;
+  std::vector<policy_kind> policies;
+  std::vector<double> ratios;
+  /// points[p][r]: policies[p] at ratios[r].
+  std::vector<std::vector<sweep_point>> points;
+};
+
+/// The budget for a ratio of the unconstrained peak reserved bytes (rounded
+/// down, at least 1).
+std::size_t budget_for_ratio(const sim_report& unconstrained, double ratio);
+
+/// Runs the unconstrained replay, then every (policy, ratio) with `base`'s
+/// other options. Deterministic except policy_wall_ns.
+sweep_result run_sweep(const trace& t, const sim_options& base, const std::vector<double>& ratios,
+                       const std::vector<policy_kind>& policies);
+
+/// One run as "key: value" lines. Pure.
+std::string format_report(const sim_report& r);
+/// A Markdown table: one row per (policy, ratio). Pure.
+std::string format_sweep_table(const sweep_result& s);
+/// Per policy: the smallest ratio that fits and the slowdown at 0.5 and 0.3
+/// (a Markdown table). Pure.
+std::string format_sweep_summary(const sweep_result& s);
+
+}  // namespace tp::sim
