@@ -23,10 +23,14 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <string>
+#include <vector>
 
 #include "core/errors.hpp"
 #include "hooks/tensorpager.hpp"
+#include "profiler/runtime_recorder.hpp"
+#include "runtime/runtime.hpp"
 #include "profiler/timeline_files.hpp"
 #include "profiler/text_report.hpp"
 #include "profiler/tsc_clock.hpp"
@@ -34,9 +38,26 @@
 namespace tp::hooks {
 namespace {
 
+/// A runtime attached with attach_runtime(), and its recorder into the
+/// current log (none while not recording).
+struct attached_runtime {
+  memory_runtime* runtime;
+  std::int16_t device;
+  std::unique_ptr<profiler::runtime_recorder> recorder;
+};
+
+// Note [Timeline locks]
+// `mutex` guards the state and is held while the adapter and the attached
+// runtimes are (de)registered, which takes their locks: glue -> runtime.
+// The runtime's lock can in turn be held when hooks code asks for the
+// current log (a recompute replays a module, whose saved tensors the codec
+// packs and tags: tag_block), so that path takes only `current_mutex`, which
+// guards `current` alone and under which nothing else is locked.
 struct timeline_state {
-  std::mutex mutex;  // guards the members
+  std::mutex mutex;  // guards the members but `current`
+  std::mutex current_mutex;  // guards `current`; written with `mutex` held too
   event_log_attachable* adapter = nullptr;
+  std::vector<attached_runtime> runtimes;
   std::unique_ptr<tp::clock> clock;              // the event clock, made on first use
   std::shared_ptr<profiler::event_log> current;  // recording
   std::shared_ptr<profiler::event_log> last;     // the most recent recording, current or stopped
@@ -54,7 +75,18 @@ timeline_state& state() {
 void stop_locked(timeline_state& s) {
   if (s.current == nullptr) return;
   if (s.adapter != nullptr) s.adapter->attach_event_log(nullptr);
+  for (attached_runtime& a : s.runtimes) {
+    a.runtime->set_observer(nullptr);
+    a.recorder.reset();
+  }
+  std::lock_guard current_lock(s.current_mutex);
   s.current.reset();
+}
+
+/// Requires: s.mutex held, s.current set. Throws std::bad_alloc.
+void record_runtime_locked(timeline_state& s, attached_runtime& a) {
+  a.recorder = std::make_unique<profiler::runtime_recorder>(*s.current, a.device);
+  a.runtime->set_observer(a.recorder.get());
 }
 
 /// Requires: s.mutex held, s.adapter set.
@@ -67,8 +99,12 @@ void start_locked(timeline_state& s, std::size_t max_events) {
   auto log = std::make_shared<profiler::event_log>(*s.clock, o);
   stop_locked(s);
   s.adapter->attach_event_log(log.get());
-  s.current = log;
+  {
+    std::lock_guard current_lock(s.current_mutex);
+    s.current = log;
+  }
   s.last = std::move(log);
+  for (attached_runtime& a : s.runtimes) record_runtime_locked(s, a);
 }
 
 void dump_at_exit() noexcept {
@@ -135,8 +171,45 @@ void on_adapter_uninstalled() {
 
 std::shared_ptr<profiler::event_log> current_event_log() {
   timeline_state& s = state();
-  std::lock_guard lock(s.mutex);
+  std::lock_guard lock(s.current_mutex);  // Note [Timeline locks]
   return s.current;
+}
+
+void tag_block(std::uint64_t address, profiler::category what, std::string_view label) noexcept {
+  const auto log = current_event_log();
+  if (log == nullptr) return;
+  profiler::event e;
+  e.kind = profiler::event_kind::tag;
+  e.address = address;
+  e.category = what;
+  try {
+    e.label = log->intern(label);
+  } catch (const std::bad_alloc&) {
+    e.label = 0;
+  }
+  log->record(e);
+}
+
+void attach_runtime(memory_runtime* runtime, std::int16_t device) {
+  if (runtime == nullptr) throw invalid_argument("tensorpager: attach_runtime(nullptr): give the runtime to record");
+  timeline_state& s = state();
+  std::lock_guard lock(s.mutex);
+  for (const attached_runtime& a : s.runtimes) {
+    if (a.runtime == runtime) return;
+  }
+  s.runtimes.push_back({runtime, device, nullptr});
+  if (s.current != nullptr) record_runtime_locked(s, s.runtimes.back());
+}
+
+void detach_runtime(memory_runtime* runtime) noexcept {
+  timeline_state& s = state();
+  std::lock_guard lock(s.mutex);
+  for (auto it = s.runtimes.begin(); it != s.runtimes.end(); ++it) {
+    if (it->runtime != runtime) continue;
+    runtime->set_observer(nullptr);
+    s.runtimes.erase(it);
+    return;
+  }
 }
 
 std::shared_ptr<profiler::event_log> last_event_log() {

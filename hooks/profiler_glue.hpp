@@ -15,12 +15,18 @@
 // lock, so once it returns no event is on its way into the old log).
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hooks/config/config.hpp"
 #include "profiler/event_log.hpp"
+
+namespace tp {
+class memory_runtime;  // runtime/runtime.hpp
+}  // namespace tp
 
 namespace tp::hooks {
 
@@ -56,6 +62,30 @@ void on_adapter_installed(event_log_attachable& adapter, const config& cfg);
 /// uninstall() calls this: recording stops (the data stays dumpable) and the
 /// adapter is forgotten.
 void on_adapter_uninstalled();
+
+/// Records that the live block at `address` holds `what` (an event_kind::tag
+/// in the current log, labelled `label`); does nothing when not recording.
+/// For hooks code that learns what a block holds after allocating it (the
+/// activation codec: Note [Compressed in the timeline] in
+/// hooks/compress/activation_codec.cpp). Thread-safe; never throws (without
+/// memory for the label, the tag goes unlabelled).
+void tag_block(std::uint64_t address, profiler::category what, std::string_view label) noexcept;
+
+/// Records the runtime's events (offload, prefetch, eviction, recompute,
+/// stall, step: Note [Runtime events] in runtime/runtime_observer.hpp) into
+/// the process's timeline as device `device`'s: into the log recording now,
+/// and into every log start_timeline() or the `timeline` key starts later,
+/// until detach_runtime(). Attaching one twice does nothing. The runtime's
+/// step() records a step boundary itself: do not also call
+/// tensorpager::mark_step() for the same boundary. Thread-safe (takes the
+/// runtime's lock through memory_runtime::set_observer: do not call it with
+/// that lock held). Lifetime: call detach_runtime(runtime) before the runtime
+/// is destroyed. Throws tp::invalid_argument for nullptr, std::bad_alloc.
+void attach_runtime(memory_runtime* runtime, std::int16_t device = 0);
+/// Stops recording the runtime's events and forgets it; nothing when it was
+/// not attached. Once it returns no event of the runtime is on its way into
+/// a log. Thread-safe.
+void detach_runtime(memory_runtime* runtime) noexcept;
 
 /// The log recording now, or nullptr. For the runtime, which records its own
 /// events into it (event_log::record). Thread-safe.

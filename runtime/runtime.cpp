@@ -22,6 +22,7 @@ memory_runtime::memory_runtime(device& dev, caching_allocator& alloc, pinned_hos
 }
 
 memory_runtime::~memory_runtime() {
+  engine_.set_observer(nullptr);  // bindings may be gone: discard() must not report
   if (opts_.register_reclaimer) alloc_.set_reclaimer(nullptr);
   for (auto& [id, t] : tensors_) engine_.discard(*t);
 }
@@ -127,6 +128,7 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
         ++stats_.stalls;
         stats_.stall_ns += clock_.now_ns() - requested;
         recorder_.on_stall();
+        notify_locked(runtime_event_kind::stall, &t, clock_.now_ns() - requested);
       }
       remove_in_flight(t);
       engine_.finish_prefetch(t, compute);
@@ -136,13 +138,16 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
     }
     case tensor_state::dropped: {
       t.pinned = true;
+      notify_locked(runtime_event_kind::recompute_begin, &t, 0);
       try {
         t.binding->recompute();  // may re-enter the runtime; Note [Runtime locking]
       } catch (...) {
         t.pinned = false;
+        notify_locked(runtime_event_kind::recompute_end, &t, 1);  // failed: every begin has its end
         throw;
       }
       t.pinned = false;
+      notify_locked(runtime_event_kind::recompute_end, &t, 0);
       if (t.binding->device_ptr() == nullptr) {
         throw error(fmt::format("tensorpager: recompute() of tensor {} left it without storage",
                                 to_underlying(t.id)));
@@ -151,6 +156,7 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
       ++stats_.recomputes;
       ++stats_.stalls;
       stats_.stall_ns += clock_.now_ns() - requested;
+      notify_locked(runtime_event_kind::stall, &t, clock_.now_ns() - requested);
       break;
     }
   }
@@ -191,6 +197,7 @@ void memory_runtime::step() {
   recorder_.begin_step(clock_.now_ns());
   by_ordinal_.clear();
   ++stats_.steps;
+  notify_locked(runtime_event_kind::step, nullptr, static_cast<std::int64_t>(stats_.steps) - 1);
   plan_locked();
   publish_summary_locked();
 }
@@ -297,6 +304,26 @@ std::string memory_runtime::describe() const {
                      format_bytes(summary_evictable_.load(std::memory_order_relaxed)),
                      format_bytes(summary_on_host_.load(std::memory_order_relaxed)),
                      format_bytes(summary_dropped_.load(std::memory_order_relaxed)));
+}
+
+void memory_runtime::set_observer(runtime_observer* o) {
+  lock_type lock(mu_);
+  observer_ = o;
+  engine_.set_observer(o);
+}
+
+void memory_runtime::notify_locked(runtime_event_kind kind, const managed_tensor* t, std::int64_t detail) {
+  if (observer_ == nullptr) return;
+  runtime_event e;
+  e.kind = kind;
+  e.detail = detail;
+  if (t != nullptr) {
+    e.tensor = t->id;
+    e.address = reinterpret_cast<std::uintptr_t>(t->binding->device_ptr());
+    e.stream = t->stream;
+    if (kind != runtime_event_kind::stall) e.bytes = t->bytes;
+  }
+  observer_->on_event(e);
 }
 
 void memory_runtime::notice_once(bool& said, std::string_view what) {

@@ -47,6 +47,7 @@
 #include "runtime/candidate_set.hpp"
 #include "runtime/eviction_policy.hpp"
 #include "runtime/managed_tensor.hpp"
+#include "runtime/runtime_observer.hpp"
 #include "runtime/runtime_stats.hpp"
 #include "runtime/transfer_engine.hpp"
 
@@ -138,6 +139,13 @@ class memory_runtime final : public reclaimer {
   /// Throws tp::error describing the first broken invariant. O(tracked).
   void check_invariants() const;
 
+  /// Registers the observer of Note [Runtime events] (nullptr: none); the
+  /// profiler's runtime_recorder puts the events into a timeline. Takes the
+  /// runtime's lock, so once it returns no event is on its way to the
+  /// previous observer. Thread-safe. Not owned: unregister it before
+  /// destroying it; the runtime's destructor sends nothing.
+  void set_observer(runtime_observer* o);
+
  private:
   using lock_type = std::unique_lock<std::recursive_mutex>;
   managed_tensor& find(tensor_id id) const;
@@ -159,6 +167,7 @@ class memory_runtime final : public reclaimer {
   void notice_once(bool& said, std::string_view what);
   runtime_stats stats_locked() const;
   void publish_summary_locked();
+  void notify_locked(runtime_event_kind kind, const managed_tensor* t, std::int64_t detail);
 
   device& dev_;
   caching_allocator& alloc_;
@@ -176,6 +185,7 @@ class memory_runtime final : public reclaimer {
   std::uint64_t next_id_ = 1;
   bool speculative_ = false;  // Note [Prefetch never evicts]
   bool said_host_full_ = false;
+  runtime_observer* observer_ = nullptr;
   runtime_stats stats_;
   // describe()'s lock-free summary.
   std::atomic<std::size_t> summary_tracked_{0};

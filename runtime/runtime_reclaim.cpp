@@ -35,6 +35,7 @@ std::optional<eviction_choice> memory_runtime::choose_locked(std::size_t bytes_n
 
 void memory_runtime::drop_locked(managed_tensor& t) {
   candidates_.remove(t);
+  notify_locked(runtime_event_kind::eviction, &t, 1);  // before release: the block's address
   t.binding->release_device();
   t.state = tensor_state::dropped;
   ++stats_.drops;
@@ -56,6 +57,7 @@ bool memory_runtime::evict_locked(const eviction_choice& c, std::size_t& freed,
   }
   candidates_.remove(t);
   if (engine_.start_offload(t)) {
+    notify_locked(runtime_event_kind::eviction, &t, 0);
     in_flight_.push_back(&t);
     started.push_back(&t);
     return true;
@@ -189,6 +191,7 @@ void memory_runtime::proactive_offload_locked() {
       kept.push_back(&t);
       break;
     }
+    notify_locked(runtime_event_kind::eviction, &t, 0);
     in_flight_.push_back(&t);
     ++stats_.proactive_offloads;
     started_bytes += t.bytes;

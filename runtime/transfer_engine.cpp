@@ -64,11 +64,13 @@ bool transfer_engine::start_offload(managed_tensor& t) {
   t.host = host;
   t.state = tensor_state::offloading;
   ++stats_.offloads;
+  notify(runtime_event_kind::offload_begin, t, offload_);
   return true;
 }
 
 bool transfer_engine::try_complete_offload(managed_tensor& t) {
   if (!dev_.query_event(t.copy_event)) return false;
+  notify(runtime_event_kind::offload_end, t, offload_);  // before release: the block's address
   t.binding->release_device();
   give_event(t.copy_event);
   t.has_copy_event = false;
@@ -89,6 +91,7 @@ void transfer_engine::defer_host_free(managed_tensor& t) {
 }
 
 void transfer_engine::cancel_offload(managed_tensor& t) {
+  notify(runtime_event_kind::offload_end, t, offload_, 1);
   defer_host_free(t);
   t.state = tensor_state::resident;
   ++stats_.cancelled_offloads;
@@ -107,6 +110,7 @@ void transfer_engine::start_prefetch(managed_tensor& t) {
   t.state = tensor_state::prefetching;
   ++stats_.prefetches;
   stats_.prefetched_bytes += t.bytes;
+  notify(runtime_event_kind::prefetch_begin, t, prefetch_);
 }
 
 bool transfer_engine::copy_done(managed_tensor& t) { return dev_.query_event(t.copy_event); }
@@ -118,9 +122,13 @@ void transfer_engine::finish_prefetch(managed_tensor& t, stream_id compute) {
   if (compute != t.stream) dev_.stream_wait_event(t.stream, t.copy_event);
   defer_host_free(t);
   t.state = tensor_state::resident;
+  notify(runtime_event_kind::prefetch_end, t, prefetch_);
 }
 
 void transfer_engine::discard(managed_tensor& t) noexcept {
+  // An untracked tensor's copy ends here: close its slice (Note [Runtime events]).
+  if (t.state == tensor_state::offloading) notify(runtime_event_kind::offload_end, t, offload_, 1);
+  if (t.state == tensor_state::prefetching) notify(runtime_event_kind::prefetch_end, t, prefetch_, 1);
   try {
     if (t.has_copy_event) {
       dev_.synchronize_event(t.copy_event);
@@ -132,6 +140,23 @@ void transfer_engine::discard(managed_tensor& t) noexcept {
     std::fprintf(stderr, "tensorpager: discarding a tensor's transfer failed: %s\n", e.what());
   }
   t.host = {};
+}
+
+void transfer_engine::emit(runtime_event_kind kind, const managed_tensor& t, stream_id stream,
+                           std::int64_t detail) noexcept {
+  runtime_event e;
+  e.kind = kind;
+  e.tensor = t.id;
+  e.address = reinterpret_cast<std::uintptr_t>(t.binding->device_ptr());
+  e.bytes = t.bytes;
+  e.stream = stream;
+  e.detail = detail;
+  try {
+    e.host_bytes = static_cast<std::int64_t>(pool_.stats().in_use_bytes);
+  } catch (...) {
+    e.host_bytes = -1;  // pool_.stats() takes a mutex; a failure only loses the figure
+  }
+  observer_->on_event(e);
 }
 
 void transfer_engine::poll() {

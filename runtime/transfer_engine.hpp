@@ -33,6 +33,7 @@
 #include "allocator/pinned_host_pool.hpp"
 #include "device/device.hpp"
 #include "runtime/managed_tensor.hpp"
+#include "runtime/runtime_observer.hpp"
 
 namespace tp {
 
@@ -93,6 +94,10 @@ class transfer_engine {
   /// Host blocks still waiting on a copy.
   std::size_t deferred_host_frees() const { return deferred_.size(); }
 
+  /// Sends the transfer events of Note [Runtime events] to o (nullptr:
+  /// none). Not owned.
+  void set_observer(runtime_observer* o) { observer_ = o; }
+
   stream_id offload_stream() const { return offload_; }
   stream_id prefetch_stream() const { return prefetch_; }
   const transfer_stats& stats() const { return stats_; }
@@ -105,6 +110,10 @@ class transfer_engine {
   event_id take_event();
   void give_event(event_id e) { free_events_.push_back(e); }
   void defer_host_free(managed_tensor& t);
+  void notify(runtime_event_kind kind, const managed_tensor& t, stream_id stream, std::int64_t detail = 0) {
+    if (observer_ != nullptr) emit(kind, t, stream, detail);
+  }
+  void emit(runtime_event_kind kind, const managed_tensor& t, stream_id stream, std::int64_t detail) noexcept;
 
   device& dev_;
   pinned_host_pool& pool_;
@@ -116,6 +125,7 @@ class transfer_engine {
   std::vector<event_id> all_events_;
   std::vector<deferred_free> deferred_;
   transfer_stats stats_;
+  runtime_observer* observer_ = nullptr;
 };
 
 }  // namespace tp
