@@ -13,9 +13,9 @@ constexpr std::array<std::string_view, event_kind_count> kind_names = {
 static_assert(static_cast<std::size_t>(event_kind::tag) + 1 == event_kind_count);
 
 constexpr std::array<std::string_view, category_count> category_names = {
-    "unknown", "parameter", "activation", "gradient", "optimizer_state",
+    "unknown", "parameter", "activation", "gradient", "optimizer_state", "compressed",
 };
-static_assert(static_cast<std::size_t>(category::optimizer_state) + 1 == category_count);
+static_assert(static_cast<std::size_t>(category::compressed) + 1 == category_count);
 
 }  // namespace
 

@@ -15,9 +15,9 @@
 //   budget_change      -              new budget (0: none) -        -
 //   reclaim            -              bytes asked for    -          bytes freed
 //   eviction           device block   tensor bytes       tensor     1: dropped (recompute), 0: offloaded
-//   offload_*          device block   tensor bytes       tensor     -
-//   prefetch_*         device block   tensor bytes       tensor     -
-//   recompute_*        block, if one  bytes recomputed   tensor/segment -
+//   offload_*          device block   tensor bytes       tensor     end: 1 taken back or untracked in flight
+//   prefetch_*         device block   tensor bytes       tensor     end: 1 untracked in flight
+//   recompute_*        block, if one  bytes recomputed   tensor/segment end: 1 recompute() threw
 //   stall              -              -                  tensor     stall duration (ns)
 //   step               -              -                  -          step index (from 0)
 //   tag                block          -                  -          -  (re-labels a live block)
@@ -27,7 +27,9 @@
 // pinned-host total after an offload, prefetch or eviction. Each is -1 when
 // the event's source does not know it, and exporters carry the last known
 // value forward. category and label say on whose behalf memory was taken; see
-// Note [Categories are inferred] in timeline_analysis.hpp.
+// Note [Categories are inferred] in timeline_analysis.hpp. The runtime's
+// events come from profiler::runtime_recorder (Note [Runtime events] in
+// runtime/runtime_observer.hpp).
 
 #include <cstddef>
 #include <cstdint>
@@ -68,8 +70,9 @@ enum class category : std::uint8_t {
   activation,
   gradient,
   optimizer_state,
+  compressed,  ///< a saved activation stored compressed for backward (tp.compress)
 };
-inline constexpr std::size_t category_count = 5;
+inline constexpr std::size_t category_count = 6;
 
 /// An interned string (Note [Labels]): 0 is the empty label.
 using label_id = std::uint32_t;
@@ -93,7 +96,8 @@ struct event {
 
 /// "alloc", "offload_begin", ...: the names exporters write. Pure.
 std::string_view to_string(event_kind k) noexcept;
-/// "unknown", "parameter", "activation", "gradient", "optimizer_state". Pure.
+/// "unknown", "parameter", "activation", "gradient", "optimizer_state",
+/// "compressed". Pure.
 std::string_view to_string(category c) noexcept;
 /// The inverse of to_string; nullopt for an unknown name. Pure.
 std::optional<event_kind> parse_event_kind(std::string_view name) noexcept;

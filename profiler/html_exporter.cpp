@@ -163,8 +163,8 @@ void device_section(std::string& out, const timeline& t, const timeline_analysis
   o.t1_ns = a.end_ns;
   out += render_svg_plot(series, s, a.steps_ns, o);
   out += "<div class=\"legend\">";
-  for (category c : {category::parameter, category::optimizer_state, category::gradient, category::activation,
-                     category::unknown}) {
+  for (category c : {category::parameter, category::optimizer_state, category::gradient, category::compressed,
+                     category::activation, category::unknown}) {
     fmt::format_to(std::back_inserter(out), "<span><span class=\"sw\" style=\"background:{}\"></span>{}</span>",
                    category_colour(c), to_string(c));
   }
@@ -237,7 +237,8 @@ std::string to_html(const timeline& t, const html_options& o) {
          "below the axis. <b>Categories are inferred</b>: an allocation takes the training phase it was made in "
          "(a module's forward: activation; backward: gradient; the optimizer's step: optimizer_state; otherwise "
          "unknown), and blocks that hold parameters, gradients or optimizer state are tagged as such, for their "
-         "whole life, at a model's first forward and after each optimizer step. Labels name the module that was "
+         "whole life, at a model's first forward and after each optimizer step; saved activations that "
+         "tp.compress packed are tagged compressed. Labels name the module that was "
          "running. The same recording opens in Perfetto (.json) and in PyTorch's memory_viz (.pickle).</p>\n";
   write_data(out, t, a, series);
   out += "<script>";

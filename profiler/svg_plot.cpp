@@ -14,7 +14,8 @@ constexpr int left_pad = 84, right_pad = 16, top_pad = 22, bottom_pad = 36;
 
 /// Categories bottom-up: what lives longest at the bottom.
 constexpr std::array<category, category_count> stack_order = {
-    category::parameter, category::optimizer_state, category::gradient, category::activation, category::unknown};
+    category::parameter, category::optimizer_state, category::gradient, category::compressed, category::activation,
+    category::unknown};
 
 /// 1, 2 or 5 times a power of ten, near range / ticks.
 double nice_step(double range, int ticks) {
@@ -91,6 +92,7 @@ const char* category_colour(category c) {
     case category::optimizer_state: return "#af7aa1";
     case category::gradient: return "#f28e2c";
     case category::activation: return "#59a14f";
+    case category::compressed: return "#76b7b2";
     case category::unknown: break;
   }
   return "#9c9c9c";

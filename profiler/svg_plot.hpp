@@ -27,7 +27,7 @@ struct svg_plot_options {
 };
 
 /// An <svg> element: memory by category stacked from the bottom (parameter,
-/// optimizer_state, gradient, activation, unknown), cached-free on top of
+/// optimizer_state, gradient, compressed, activation, unknown), cached-free on top of
 /// them up to reserved, offloaded host memory mirrored below the axis, the
 /// budget as a dashed line, step boundaries as dotted lines, and the peak
 /// marked. samples must be in time order (downsample() them first); the

@@ -14,7 +14,9 @@
 // phase (the input batch) as unknown. Tags (event_kind::tag) say what a block
 // actually holds: the hooks tag the parameters and buffers of a model at its
 // first forward, and after each optimizer step its parameters, their .grad
-// and the optimizer's state. A tag is true of the block from its allocation
+// and the optimizer's state; the activation codec tags each tensor it packs
+// for backward "compressed" (hooks/compress, Note [Compressed in the
+// timeline] in activation_codec.cpp). A tag is true of the block from its allocation
 // to its free, so it re-labels the block's whole life, before the tag too.
 // Bytes the replay cannot attribute (blocks allocated before recording
 // began, and not tagged) are "unknown": by construction the categories of a

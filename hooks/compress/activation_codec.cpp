@@ -15,6 +15,7 @@
 #include <c10/util/StringUtil.h>
 
 #include "core/errors.hpp"
+#include "hooks/profiler_glue.hpp"
 
 namespace tp::hooks::compress {
 namespace {
@@ -182,6 +183,16 @@ std::shared_ptr<packed_activation> pack(const at::Tensor& t, method m) {
     case method::fp8: payload = pack_fp8(x, scale); break;
     case method::none: break;
   }
+  // Note [Compressed in the timeline]
+  // The payload was allocated as whatever the recording's context said (an
+  // activation, in a forward); a tag re-labels its block for its whole life,
+  // so the timeline's plot and report show compressed activations as their
+  // own category. The tag names the storage's start, which is the block's
+  // address when tensorpager's allocator made it (a block of another
+  // allocator matches no recorded block and the replay ignores the tag).
+  // fp8's 4-byte scale is left as it is.
+  hooks::tag_block(reinterpret_cast<std::uint64_t>(payload.storage().data()), profiler::category::compressed,
+                   m == method::pool2 ? "compressed (pool2)" : m == method::bf16 ? "compressed (bf16)" : "compressed (fp8)");
   // The constructor is private: make_shared cannot reach it.
   return std::shared_ptr<packed_activation>(new packed_activation(m, std::move(payload), std::move(scale), t));
 }

@@ -20,6 +20,7 @@ Configuration keys, sizes and the grammar are described in the README and in
 from __future__ import annotations
 
 import os
+import sys
 
 from tensorpager import _conf, _keys, _sizes
 
@@ -116,6 +117,7 @@ def install(conf: str | None = None, **options: Any) -> None:
     ext.install(text or "backend:tensorpager")
     _device_source = source
     _track_phases_if_recording(ext)  # the timeline key starts a recording (timeline.py)
+    _compress_if_configured(ext)  # the compress key (compress.enable)
 
 
 def uninstall() -> None:
@@ -131,6 +133,8 @@ def uninstall() -> None:
     global _device_source
     _load_ext().uninstall()
     _device_source = None
+    if "tensorpager.compress" in sys.modules:
+        sys.modules["tensorpager.compress"].disable()  # what the compress key enabled
 
 
 def is_installed() -> bool:
@@ -160,9 +164,19 @@ def stats() -> dict[str, int]:
     """Allocator statistics under ``torch.cuda.memory_stats()``'s key names.
 
     Includes ``"allocated_bytes.all.current"``, ``"reserved_bytes.all.peak"``,
-    ``"num_ooms"``, ... and ``"tensorpager.budget"``.
+    ``"num_ooms"``, ... and ``"tensorpager.budget"``; and the compression
+    counters under ``"tensorpager.compress.*"`` (``tp.compress.stats()``:
+    ``bytes_saved``, ``live_bytes``, per method ``<m>.tensors`` ...; zero
+    until something is compressed).
     """
-    return {str(k): int(v) for k, v in _load_ext().stats().items()}
+    ext = _load_ext()
+    out = {str(k): int(v) for k, v in ext.stats().items()}
+    compress = sys.modules.get("tensorpager.compress")
+    if compress is not None:  # loaded: its stats() adds the Python-side skip counts
+        out.update(compress.stats())
+    elif hasattr(ext, "compress_stats"):
+        out.update({str(k): int(v) for k, v in ext.compress_stats().items()})
+    return out
 
 
 def memory_summary() -> str:
@@ -342,6 +356,16 @@ def mark_step() -> None:
     from tensorpager import timeline
 
     timeline.mark_step(_load_ext())
+
+
+def _compress_if_configured(ext: Any) -> None:
+    """Applies the ``compress`` key process-wide (the C++ parser has checked
+    it and writes "none" as nothing); it imports torch, as install() has."""
+    spec = _conf.parse_to_dict(ext.config()).get("compress", "")
+    if spec:
+        from tensorpager import compress
+
+        compress.enable(spec)
 
 
 def _track_phases_if_recording(ext: Any) -> None:

@@ -141,7 +141,7 @@ def _method(text: str, spec: object) -> str:
 def _matches(selector: Selector, name: str | None, module: nn.Module) -> bool:
     if isinstance(selector, type):
         return isinstance(module, selector)
-    if selector == type(module).__name__:
+    if selector == "*" or selector == type(module).__name__:  # "*" also without a model (enable())
         return True
     return name is not None and fnmatch.fnmatchcase(name, selector)
 
@@ -349,7 +349,13 @@ _process_wide: Compression | None = None
 def enable(spec: Spec, *, min_bytes: int = DEFAULT_MIN_BYTES) -> None:
     """Compresses process-wide, for every module of the process (what the
     ``compress`` configuration key does), until disable(). Replaces an
-    earlier enable()."""
+    earlier enable(). Selectors are class names or ``*`` (there is no model
+    to name modules by). Not thread-safe against a concurrent enable() or
+    disable(); the forwards it applies to may run on any thread.
+
+    Raises:
+        ValueError: the spec is malformed or holds a name glob.
+    """
     global _process_wide
     disable()
     _process_wide = Compression(spec, min_bytes=min_bytes).__enter__()

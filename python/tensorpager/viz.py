@@ -66,7 +66,7 @@ def from_torch_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
     name one of tensorpager's, labels from the first frame; all else is unknown.
     """
     kinds = list(_TRACE_ACTIONS)
-    categories = ["unknown", "parameter", "activation", "gradient", "optimizer_state"]
+    categories = ["unknown", "parameter", "activation", "gradient", "optimizer_state", "compressed"]
     labels = [""]
     label_ids: dict[str, int] = {"": 0}
     final: dict[int, list[int]] = {}  # device -> [allocated, reserved]

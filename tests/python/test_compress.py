@@ -323,3 +323,85 @@ def test_gpu_round_trip_keeps_device_and_bounds(tp) -> None:
         restored = compress._C.compress_pack(t, method).restore()
         assert restored.device == t.device
         assert float((restored - t).norm() / t.norm()) <= bound
+
+
+# --- the compress key, tp.stats(), the timeline ------------------------------------
+
+KEYED = r"""
+import json, torch, torch.nn as nn
+import tensorpager as tp
+tp.install()  # TENSORPAGER_CONF holds the compress key
+torch.manual_seed(0)
+model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+                      nn.Flatten(), nn.Linear(8 * 16 * 16, 4))
+model(torch.randn(4, 3, 16, 16)).square().mean().backward()
+s = tp.stats()
+print(json.dumps({k: v for k, v in s.items() if k.startswith("tensorpager.compress.")}))
+"""
+
+
+def test_the_compress_key_compresses_process_wide_and_tp_stats_reports_it(tp) -> None:
+    from conftest import clean_env
+
+    proc = run_python(KEYED, env=clean_env(TENSORPAGER_CONF="device:cpu,compress:Conv2d=pool2;ReLU=bf16"))
+    s = json.loads(proc.stdout.splitlines()[-1])
+    assert s["tensorpager.compress.pool2.tensors"] == 2  # both convolution inputs
+    assert s["tensorpager.compress.bf16.tensors"] >= 1   # the ReLU outputs (the second is the Linear's input too)
+    assert s["tensorpager.compress.bytes_saved"] > 0
+    assert s["tensorpager.compress.pool2.restored"] == 2
+    assert "not acted on" not in proc.stderr and "compress" not in proc.stderr
+
+
+def test_without_the_key_nothing_is_compressed_and_the_counters_are_zero(tp) -> None:
+    from conftest import clean_env
+
+    proc = run_python(KEYED, env=clean_env(TENSORPAGER_CONF="device:cpu"))
+    s = json.loads(proc.stdout.splitlines()[-1])
+    assert s["tensorpager.compress.bytes_saved"] == 0
+    assert s["tensorpager.compress.pool2.tensors"] == 0
+
+
+def test_a_bad_compress_key_fails_install_naming_the_rule(tp) -> None:
+    from conftest import clean_env
+
+    proc = run_python(KEYED, env=clean_env(TENSORPAGER_CONF="device:cpu,compress:layer1.*=fp8"), check=False)
+    assert proc.returncode != 0
+    assert "compress:layer1.*=fp8" in proc.stderr
+    assert "not a module class name or *" in proc.stderr
+
+
+def test_enable_with_a_bare_method_selects_every_module(tp, packed_tensors) -> None:
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
+    x = torch.randn(32, 64)
+    tp.compress.enable("bf16")
+    try:
+        model(x).sum().backward()
+    finally:
+        tp.compress.disable()
+    assert packed_tensors and {m for m, _ in packed_tensors} == {"bf16"}
+    n = len(packed_tensors)
+    model(x).sum().backward()  # disabled: nothing more is packed
+    assert len(packed_tensors) == n
+
+
+def test_compressed_tensors_are_their_own_timeline_category(tmp_path) -> None:
+    path = tmp_path / "compressed.json"
+    proc = run_python(f"""
+        import torch, torch.nn as nn, tensorpager as tp
+        tp.install(device="cpu")
+        model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1))
+        x = torch.randn(8, 3, 32, 32)
+        tp.start_timeline()
+        with tp.compress("*=bf16", model=model):
+            loss = model(x).square().mean()
+        print(tp.report())
+        loss.backward()
+        tp.dump_timeline({str(path)!r})
+    """)
+    saved = json.loads(path.read_text())["tensorpager"]
+    kinds, cats, labels = saved["kinds"], saved["categories"], saved["labels"]
+    tags = [e for e in saved["events"] if kinds[e[1]] == "tag" and cats[e[2]] == "compressed"]
+    assert tags and {labels[e[12]] for e in tags} == {"compressed (bf16)"}
+    # The report taken while the packed tensors were alive shows the category.
+    row = next(line for line in proc.stdout.splitlines() if line.strip().startswith("compressed"))
+    assert "0 B" not in row
