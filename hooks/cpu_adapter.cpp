@@ -54,10 +54,24 @@ void report_to_profiler(void* ptr, std::int64_t delta, const allocator_stats& s)
                                    c10::Device(c10::DeviceType::CPU));
 }
 
+pinned_host_pool::options host_pool_options(const config& cfg) {
+  pinned_host_pool::options o;
+  o.host_budget = cfg.host_budget;
+  o.fallback = cfg.host_fallback == host_fallback_mode::pageable ? host_fallback::pageable : host_fallback::error;
+  return o;
+}
+
 }  // namespace
 
 cpu_adapter::cpu_adapter(const config& cfg)
-    : device_(device_options(cfg), clock_), allocator_(device_, allocator_options(cfg)) {}
+    : device_(device_options(cfg), clock_),
+      allocator_(device_, allocator_options(cfg)),
+      host_pool_(device_, host_pool_options(cfg)) {}
+
+runtime_resources cpu_adapter::runtime_resources_now() {
+  return runtime_resources{device_, allocator_, host_pool_, clock_, default_stream, /*host_synchronous=*/true};
+}
+
 
 cpu_adapter& cpu_adapter::create(const config& cfg) {
   adapter_table& t = table();

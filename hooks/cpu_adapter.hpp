@@ -26,11 +26,13 @@
 #include <c10/core/Allocator.h>
 
 #include "allocator/caching_allocator.hpp"
+#include "allocator/pinned_host_pool.hpp"
 #include "core/clock.hpp"
 #include "device/simulated_device.hpp"
 #include "hooks/allocator_control.hpp"
 #include "hooks/config/config.hpp"
 #include "hooks/profiler_glue.hpp"
+#include "hooks/runtime_host.hpp"
 #include "profiler/allocator_recorder.hpp"
 
 namespace tp::hooks {
@@ -43,7 +45,10 @@ namespace tp::hooks {
 /// Lifetime: see Note [Adapters live forever].
 /// Errors: allocate() throws c10::OutOfMemoryError carrying tensorpager's
 /// out-of-memory message; deleters never throw.
-class cpu_adapter final : public c10::Allocator, public allocator_control, public event_log_attachable {
+class cpu_adapter final : public c10::Allocator,
+                          public allocator_control,
+                          public event_log_attachable,
+                          public runtime_host {
  public:
   /// The largest number of adapters one process may create (each install
   /// after an uninstall creates one).
@@ -83,6 +88,9 @@ class cpu_adapter final : public c10::Allocator, public allocator_control, publi
   // --- event_log_attachable (the timeline, profiler_glue.hpp) ------------------
   void attach_event_log(profiler::event_log* log) override;
 
+  // --- runtime_host (the budget runtime, budget_session.hpp) --------------------
+  runtime_resources runtime_resources_now() override;
+
  private:
   explicit cpu_adapter(const config& cfg);
   ~cpu_adapter() override = default;
@@ -95,6 +103,7 @@ class cpu_adapter final : public c10::Allocator, public allocator_control, publi
   steady_clock clock_;
   simulated_device device_;
   caching_allocator allocator_;
+  pinned_host_pool host_pool_;  // where the runtime swaps tensors out to
   c10::Allocator* previous_ = nullptr;  // set while installed
   std::mutex recorder_mutex_;           // serialises attach_event_log()
   std::unique_ptr<profiler::allocator_recorder> recorder_;  // observes allocator_ while recording

@@ -123,6 +123,21 @@ caching_allocator& cuda_adapter::allocator_for(c10::DeviceIndex device) {
   return *a;
 }
 
+runtime_resources cuda_adapter::runtime_resources_now() {
+  const c10::DeviceIndex d = c10::cuda::current_device();
+  caching_allocator& a = allocator_for(d);
+  std::lock_guard lock(open_mutex_);
+  device_state& state = *states_[index_of(d)];
+  if (!state.host) {
+    pinned_host_pool::options o;
+    o.host_budget = config_.host_budget;
+    o.fallback = config_.host_fallback == host_fallback_mode::pageable ? host_fallback::pageable : host_fallback::error;
+    state.host = std::make_unique<pinned_host_pool>(*state.device, o);
+  }
+  return runtime_resources{*state.device, a, *state.host, clock_,
+                           to_stream_id(c10::cuda::getCurrentCUDAStream(d).stream()), /*host_synchronous=*/false};
+}
+
 std::size_t cuda_adapter::total_bytes(c10::DeviceIndex device) {
   allocator_for(device);
   std::lock_guard lock(open_mutex_);

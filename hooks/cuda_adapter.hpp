@@ -30,10 +30,13 @@
 #include <torch/version.h>
 
 #include "allocator/caching_allocator.hpp"
+#include "allocator/pinned_host_pool.hpp"
+#include "core/clock.hpp"
 #include "device/cuda/cuda_device.hpp"
 #include "hooks/allocator_control.hpp"
 #include "hooks/config/config.hpp"
 #include "hooks/profiler_glue.hpp"
+#include "hooks/runtime_host.hpp"
 #include "profiler/allocator_recorder.hpp"
 
 #define TP_TORCH_API (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR)
@@ -61,7 +64,8 @@ namespace tp::hooks {
 /// [Unsupported features] in cuda_adapter_unsupported.cpp.
 class cuda_adapter final : public c10::cuda::CUDACachingAllocator::CUDAAllocator,
                            public allocator_control,
-                           public event_log_attachable {
+                           public event_log_attachable,
+                           public runtime_host {
  public:
   using OutOfMemoryObserver = c10::cuda::CUDACachingAllocator::OutOfMemoryObserver;
   using AllocatorTraceTracker = c10::CachingDeviceAllocator::AllocatorTraceTracker;
@@ -146,6 +150,11 @@ class cuda_adapter final : public c10::cuda::CUDACachingAllocator::CUDAAllocator
   // --- event_log_attachable (the timeline, profiler_glue.hpp) ------------------
   void attach_event_log(profiler::event_log* log) override;
 
+  // --- runtime_host (the budget runtime, budget_session.hpp) --------------------
+  /// PyTorch's current device and stream; the device's pinned host pool is
+  /// created on first use.
+  runtime_resources runtime_resources_now() override;
+
  private:
   static constexpr std::size_t max_devices = C10_COMPILE_TIME_MAX_GPUS;
 
@@ -154,6 +163,7 @@ class cuda_adapter final : public c10::cuda::CUDACachingAllocator::CUDAAllocator
     std::unique_ptr<caching_allocator> allocator;
     std::size_t total_bytes = 0;
     std::unique_ptr<profiler::allocator_recorder> recorder;  // while a timeline records
+    std::unique_ptr<pinned_host_pool> host;  // for the runtime; created by runtime_resources_now()
   };
 
   explicit cuda_adapter(const config& cfg);
@@ -180,6 +190,7 @@ class cuda_adapter final : public c10::cuda::CUDACachingAllocator::CUDAAllocator
   allocator_stats unopened_stats();
 
   const config config_;
+  steady_clock clock_;
   std::atomic<bool> enabled_{true};
   std::atomic<bool> initialized_{false};
   std::atomic<int> device_count_{0};

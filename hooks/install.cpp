@@ -12,6 +12,8 @@
 #include "core/errors.hpp"
 #include "hooks/config/config.hpp"
 #include "hooks/cpu_adapter.hpp"
+#include "hooks/installed_adapter.hpp"
+#include "hooks/runtime/budget_api.hpp"
 #include "hooks/profiler_glue.hpp"
 #include "hooks/tensorpager.hpp"
 #if TP_HOOKS_WITH_CUDA
@@ -27,6 +29,8 @@ struct registry {
   std::mutex mutex;  // guards the members; adapters themselves are thread-safe
   allocator_control* active = nullptr;
   tp::hooks::cpu_adapter* cpu = nullptr;  // == active when the CPU adapter is installed
+  tp::hooks::runtime_host* host = nullptr;  // the active adapter, for the budget runtime
+  c10::Allocator* c10_allocator = nullptr;  // the active adapter, as torch sees it
   tp::config config;                      // valid while active != nullptr
 };
 
@@ -40,6 +44,14 @@ registry& the_registry() {
 allocator_control& installed() {
   registry& r = the_registry();
   std::lock_guard lock(r.mutex);
+  if (r.active == nullptr) {
+    throw tp::error("tensorpager is not installed: call tensorpager::install() (Python: tensorpager.install()) "
+                    "first, or set PYTORCH_CUDA_ALLOC_CONF=backend:tensorpager");
+  }
+  return *r.active;
+}
+
+allocator_control& installed_locked(registry& r) {
   if (r.active == nullptr) {
     throw tp::error("tensorpager is not installed: call tensorpager::install() (Python: tensorpager.install()) "
                     "first, or set PYTORCH_CUDA_ALLOC_CONF=backend:tensorpager");
@@ -97,12 +109,16 @@ void install(const std::string& conf) {
     adapter.install();
     r.cpu = &adapter;
     r.active = &adapter;
+    r.host = &adapter;
+    r.c10_allocator = &adapter;
     recordable = &adapter;
   } else {
 #if TP_HOOKS_WITH_CUDA
     tp::hooks::cuda_adapter& adapter = tp::hooks::cuda_adapter::create(cfg);
     adapter.install();
     r.active = &adapter;
+    r.host = &adapter;
+    r.c10_allocator = &adapter;
     recordable = &adapter;
 #else
     throw tp::config_error(source + ": device:cuda needs tensorpager built with TP_WITH_CUDA=ON (and the CUDA "
@@ -117,6 +133,10 @@ void uninstall() {
   registry& r = the_registry();
   std::lock_guard lock(r.mutex);
   if (r.active == nullptr) return;
+  if (tp::hooks::active_session()) {
+    throw tp::error("tensorpager: uninstall() while a budget is active; end the budget (its scope or `with` "
+                    "block) first");
+  }
   if (r.cpu == nullptr) {
     throw tp::error("tensorpager: uninstall() supports device:cpu only; PyTorch cannot switch CUDA allocators "
                     "while tensors live");
@@ -125,6 +145,8 @@ void uninstall() {
   r.cpu->uninstall();
   r.cpu = nullptr;
   r.active = nullptr;
+  r.host = nullptr;
+  r.c10_allocator = nullptr;
   r.config = tp::config{};
 }
 
@@ -142,7 +164,11 @@ std::string current_config() {
 
 std::string device_kind() { return std::string(tp::to_string(installed().kind())); }
 
-std::map<std::string, std::int64_t> stats() { return tp::to_memory_stats(installed().memory_stats()); }
+std::map<std::string, std::int64_t> stats() {
+  auto out = tp::to_memory_stats(installed().memory_stats());
+  out.merge(tp::hooks::session_stats());  // "tensorpager.runtime.*", once a budget has run
+  return out;
+}
 
 std::string memory_summary() {
   allocator_control& a = installed();
@@ -159,14 +185,15 @@ void reset_peak_stats() { installed().reset_peaks(); }
 
 std::vector<tp::segment_snapshot> snapshot() { return installed().segments(); }
 
-budget_scope::budget_scope(std::optional<std::size_t> bytes) : previous_(budget()) { set_budget(bytes); }
+}  // namespace tensorpager
 
-budget_scope::~budget_scope() {
-  try {
-    set_budget(previous_);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tensorpager: budget_scope could not restore the previous budget: %s\n", e.what());
-  }
+namespace tp::hooks {
+
+installed_adapter installed_adapter_now() {
+  auto& r = tensorpager::the_registry();
+  std::lock_guard lock(r.mutex);
+  allocator_control& control = tensorpager::installed_locked(r);
+  return installed_adapter{control, *r.host, *r.c10_allocator, r.config};
 }
 
-}  // namespace tensorpager
+}  // namespace tp::hooks

@@ -33,6 +33,7 @@
 #include "hooks/config/config.hpp"
 #include "hooks/optim/optim_bindings.hpp"
 #include "hooks/profiler_glue.hpp"
+#include "hooks/runtime/runtime_bindings.hpp"
 #include "hooks/tensorpager.hpp"
 
 namespace py = pybind11;
@@ -148,4 +149,5 @@ PYBIND11_MODULE(_C, m) {
         "Every configuration key, in documentation order: dicts of name, kind, accepted, default, description.");
   tp::hooks::register_optim(m);  // AdamA and the activation codec (optim_bindings.hpp)
   tp::hooks::register_profiler(m);  // the timeline functions (profiler_bindings.cpp)
+  tp::hooks::register_runtime(m);   // the budget runtime (runtime/runtime_bindings.cpp)
 }

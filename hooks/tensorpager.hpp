@@ -132,14 +132,44 @@ std::string timeline_report(std::size_t top_n = 20);
 /// current recording; does nothing when not recording.
 void mark_step(std::int64_t index);
 
-/// Sets a budget for the lifetime of the object and restores the previous one
-/// when it ends (DESIGN.md, "How a user meets it"). Not copyable or movable.
-/// Restoring can fail only if memory in use then exceeds the old budget; the
-/// destructor reports that on stderr and keeps the scope's budget.
+// --- training under a budget (hooks/runtime/; README, "Training under a budget") ----
+
+/// What a budget_scope manages. A value.
+struct budget_options {
+  /// The budget in bytes; with neither bytes nor ratio the runtime tracks
+  /// and evicts nothing until set_budget() gives it one.
+  std::optional<std::size_t> bytes;
+  /// A share in (0, 1] of the first step's peak reserved bytes, set at the
+  /// first step() (Note [Ratio budgets] in hooks/runtime/budget_api.hpp).
+  std::optional<double> ratio;
+  /// lru, dtr, capuchin or hybrid; empty: the configuration's `policy` key.
+  std::string policy;
+  /// Prefetch offloaded tensors ahead of their next use, following the
+  /// access sequence recorded in the previous step.
+  bool prefetch = true;
+};
+
+/// For its lifetime, the runtime manages memory under a budget: it is the
+/// allocator's reclaimer, and when an allocation would pass the budget it
+/// evicts managed tensors (copies them to pinned host memory, or drops those
+/// it can recompute) until it fits. On leaving, every managed tensor is made
+/// resident again, management ends and the previous budget returns.
+///
+/// What a C++ program gets: the budget, the runtime, explicit offload() and
+/// restore() of tensors (tensorpager_torch.hpp), step(), runtime_stats().
+/// What needs Python: automatic management of the activations autograd saves
+/// for backward (saved-tensor hooks are Python-only in PyTorch) and module
+/// recompute (tp.budget()).
+///
+/// At most one scope is active per process; not copyable or movable.
+/// Errors: tp::error when tensorpager is not installed or a scope is active;
+/// tp::invalid_argument for a budget below memory in use, a ratio outside
+/// (0, 1] or 0 bytes; tp::config_error for an unknown policy. Nothing changes
+/// then. The destructor reports a failure to end cleanly on stderr.
 class budget_scope {
  public:
-  /// Throws what set_budget() throws; nothing changes then.
   explicit budget_scope(std::optional<std::size_t> bytes);
+  explicit budget_scope(const budget_options& opts);
   ~budget_scope();
   budget_scope(const budget_scope&) = delete;
   budget_scope& operator=(const budget_scope&) = delete;
@@ -147,5 +177,18 @@ class budget_scope {
  private:
   std::optional<std::size_t> previous_;
 };
+
+/// A step boundary: the runtime learns this step's access sequence and plans
+/// the next from it; a ratio budget is resolved after the first. Does nothing
+/// without an active budget_scope.
+void step();
+
+/// Whether a budget_scope (or Python's tp.budget()) is active.
+bool budget_active();
+
+/// The runtime's counters ("tensorpager.runtime.offloaded_bytes",
+/// ".prefetched_bytes", ".recomputes", ".stall_ns", ".policy_ns", ...) of
+/// the active scope, or of the last one; empty before the first.
+std::map<std::string, std::int64_t> runtime_stats();
 
 }  // namespace tensorpager

@@ -5,7 +5,7 @@
 #   optional ones (nlohmann-json for tests/profiler's JSON checks, Chromium for
 #   the HTML timeline render test), whose tests skip or are not built without
 #   them, so failing to install them (no network) is not an error.
-#   Python packages: torch==2.11.0 (only where torch is absent), numpy, pytest, wheel.
+#   Python packages: torch==2.11.0 (only where torch is absent), torchvision==0.26.0, numpy, pytest, wheel.
 # Usage: bash scripts/install_deps.sh [--no-python]
 set -euo pipefail
 
@@ -78,4 +78,10 @@ if ((want_python)); then
     log "installing $mod"
     pip_install "$mod"
   done
+  # torchvision: bench/record_traces.py records ResNet-18 with it, and
+  # examples/train_under_budget.py trains one (no test needs it). 0.26.0 is the release paired with torch 2.11.0.
+  if ! "$PYTHON" -c "import torchvision" 2>/dev/null; then
+    log "installing torchvision==0.26.0"
+    pip_install torchvision==0.26.0 || log "could not install torchvision (no network?): bench/record_traces.py needs it for ResNet-18"
+  fi
 fi

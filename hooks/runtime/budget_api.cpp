@@ -1,0 +1,209 @@
+// The process's budget session and the C++ API of tensorpager.hpp that uses
+// it (budget_scope, step, runtime_stats).
+
+#include "hooks/runtime/budget_api.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "core/errors.hpp"
+#include "hooks/installed_adapter.hpp"
+#include "hooks/tensorpager.hpp"
+
+namespace tp::hooks {
+namespace {
+
+/// The active session and what it needs at its first step. Leaked, like the
+/// adapters: saved storages may die during static destruction.
+struct session_registry {
+  std::mutex mutex;
+  std::shared_ptr<budget_session> active;
+  std::shared_ptr<budget_session> last;  // for session_stats() after the end
+  std::optional<double> pending_ratio;   // Note [Ratio budgets]
+  std::uint64_t steps = 0;
+};
+
+session_registry& sessions() {
+  static auto* r = new session_registry;  // intentionally leaked
+  return *r;
+}
+
+std::int64_t as_int(std::uint64_t v) { return static_cast<std::int64_t>(v); }
+
+}  // namespace
+
+std::optional<std::size_t> begin_session(const session_request& req) {
+  if (req.ratio && !(*req.ratio > 0.0 && *req.ratio <= 1.0)) {
+    throw invalid_argument("tensorpager: a budget ratio must be in (0, 1] (a share of the first step's peak); got " +
+                           std::to_string(*req.ratio));
+  }
+  if (req.bytes && *req.bytes == 0) {
+    throw invalid_argument("tensorpager: a budget of 0 bytes cannot be met; give a size > 0 or a ratio in (0, 1]");
+  }
+  installed_adapter a = installed_adapter_now();
+  session_registry& r = sessions();
+  std::lock_guard lock(r.mutex);
+  if (r.active) {
+    throw error("tensorpager: a budget is already active; budgets do not nest (end the outer one first, or change "
+                "its size with set_budget())");
+  }
+  const std::optional<std::size_t> previous = a.control.budget_bytes();
+  if (req.bytes) a.control.change_budget(*req.bytes);  // throws invalid_argument; nothing changed yet
+  budget_session::options o;
+  o.policy = req.policy.value_or(a.cfg.policy);
+  o.prefetch_ahead = req.prefetch_ahead;
+  try {
+    r.active = budget_session::create(a.host.runtime_resources_now(), a.allocator, o);
+  } catch (...) {
+    if (req.bytes) a.control.change_budget(previous);
+    throw;
+  }
+  r.last = r.active;
+  r.pending_ratio = req.ratio;
+  r.steps = 0;
+  if (req.ratio) a.control.reset_peaks();
+  return previous;
+}
+
+void end_session(std::optional<std::size_t> previous) {
+  session_registry& r = sessions();
+  std::shared_ptr<budget_session> s;
+  {
+    std::lock_guard lock(r.mutex);
+    s = r.active;
+  }
+  if (!s) return;
+  // Lift the budget first: making every managed storage resident again must
+  // not fail for want of room. The previous budget returns afterwards.
+  allocator_control& control = installed_adapter_now().control;
+  control.change_budget(std::nullopt);
+  s->close();  // throws only if the device itself is full: the session stays, nothing is lost
+  {
+    std::lock_guard lock(r.mutex);
+    r.active.reset();
+    r.pending_ratio.reset();
+  }
+  control.change_budget(previous);
+}
+
+std::shared_ptr<budget_session> active_session() {
+  session_registry& r = sessions();
+  std::lock_guard lock(r.mutex);
+  return r.active;
+}
+
+void session_step() {
+  session_registry& r = sessions();
+  std::shared_ptr<budget_session> s;
+  std::optional<double> ratio;
+  {
+    std::lock_guard lock(r.mutex);
+    if (!r.active) return;
+    s = r.active;
+    ++r.steps;
+    ratio = std::exchange(r.pending_ratio, std::nullopt);
+  }
+  if (ratio) {
+    allocator_control& control = installed_adapter_now().control;
+    const auto peak = static_cast<double>(control.memory_stats().reserved_bytes.all().peak);
+    const auto bytes = static_cast<std::size_t>(std::floor(*ratio * peak));
+    if (bytes == 0) {
+      throw invalid_argument("tensorpager: budget ratio " + std::to_string(*ratio) +
+                             " of the first step's peak (" + std::to_string(static_cast<long long>(peak)) +
+                             " bytes) is 0 bytes; the first step allocated nothing through tensorpager");
+    }
+    control.change_budget(bytes);
+  }
+  s->step();
+}
+
+std::map<std::string, std::int64_t> session_stats() {
+  std::shared_ptr<budget_session> s;
+  std::uint64_t steps = 0;
+  {
+    session_registry& r = sessions();
+    std::lock_guard lock(r.mutex);
+    s = r.last;
+    steps = r.steps;
+  }
+  if (!s) return {};
+  const runtime_stats st = s->stats();
+  const std::string p = "tensorpager.runtime.";
+  return {
+      {p + "active", s->closed() ? 0 : 1},
+      {p + "steps", as_int(steps)},
+      {p + "offloaded_bytes", as_int(st.offloaded_bytes)},
+      {p + "prefetched_bytes", as_int(st.prefetched_bytes)},
+      {p + "offloads", as_int(st.offloads)},
+      {p + "prefetches", as_int(st.prefetches)},
+      {p + "cancelled_offloads", as_int(st.cancelled_offloads)},
+      {p + "proactive_offloads", as_int(st.proactive_offloads)},
+      {p + "drops", as_int(st.drops)},
+      {p + "recomputes", as_int(st.recomputes)},
+      {p + "evictions", as_int(st.evictions)},
+      {p + "host_fallbacks", as_int(st.host_fallbacks)},
+      {p + "shared_skips", as_int(st.shared_skips)},
+      {p + "stalls", as_int(st.stalls)},
+      {p + "stall_ns", st.stall_ns},
+      {p + "policy_ns", st.policy_ns},
+      {p + "policy_calls", as_int(st.policy_calls)},
+      {p + "reclaims", as_int(st.reclaims)},
+      {p + "reclaimed_bytes", as_int(st.reclaimed_bytes)},
+      {p + "tracked", as_int(st.tracked)},
+      {p + "resident_bytes", as_int(st.resident_bytes)},
+      {p + "on_host_bytes", as_int(st.on_host_bytes)},
+      {p + "dropped_bytes", as_int(st.dropped_bytes)},
+      {p + "prefetch_distance", as_int(st.prefetch_distance)},
+  };
+}
+
+std::optional<saved_view> manage(const at::Tensor& t, bool* fresh) {
+  const auto s = active_session();
+  if (!s) return std::nullopt;
+  auto storage = s->adopt(t, fresh);
+  if (!storage) return std::nullopt;
+  return saved_view::of(t, std::move(storage));
+}
+
+}  // namespace tp::hooks
+
+namespace tensorpager {
+
+namespace {
+budget_options with_bytes(std::optional<std::size_t> bytes) {
+  budget_options o;
+  o.bytes = bytes;
+  return o;
+}
+}  // namespace
+
+budget_scope::budget_scope(std::optional<std::size_t> bytes) : budget_scope(with_bytes(bytes)) {}
+
+budget_scope::budget_scope(const budget_options& opts) {
+  tp::hooks::session_request req;
+  req.bytes = opts.bytes;
+  req.ratio = opts.ratio;
+  if (!opts.policy.empty()) req.policy = tp::parse_policy_kind(opts.policy);
+  req.prefetch_ahead = opts.prefetch;
+  previous_ = tp::hooks::begin_session(req);
+}
+
+budget_scope::~budget_scope() {
+  try {
+    tp::hooks::end_session(previous_);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tensorpager: budget_scope could not end cleanly: %s\n", e.what());
+  }
+}
+
+void step() { tp::hooks::session_step(); }
+
+std::map<std::string, std::int64_t> runtime_stats() { return tp::hooks::session_stats(); }
+
+bool budget_active() { return tp::hooks::active_session() != nullptr; }
+
+}  // namespace tensorpager

@@ -1,0 +1,55 @@
+#pragma once
+// The process's budget session (at most one at a time) behind
+// tensorpager::budget_scope, tensorpager::step() and the Python tp.budget().
+// Internal to hooks/. Includes torch.
+//
+// Note [Ratio budgets]
+// A budget given as a ratio is a share of the first step's unconstrained
+// peak: the session starts with no budget, resets the peak statistics, and
+// at the first step boundary sets the budget to floor(ratio x peak reserved
+// bytes of that step). Until then nothing is evicted.
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "hooks/runtime/budget_session.hpp"
+#include "hooks/runtime/saved_view.hpp"
+
+namespace tp::hooks {
+
+struct session_request {
+  std::optional<std::size_t> bytes;  ///< the budget in bytes, if given
+  std::optional<double> ratio;       ///< a ratio in (0, 1] of the first step's peak, if given
+  std::optional<policy_kind> policy; ///< none: the configuration's `policy` key
+  bool prefetch_ahead = true;
+};
+
+/// Starts the session: builds the runtime over the installed adapter's
+/// current device and sets the budget (bytes now; a ratio at the first step,
+/// Note [Ratio budgets]). Returns the budget that was in force, for
+/// end_session(). Throws tp::error when nothing is installed or a session is
+/// active, tp::invalid_argument for a budget below memory in use or a ratio
+/// outside (0, 1] (nothing changes then).
+std::optional<std::size_t> begin_session(const session_request& req);
+/// Ends the active session (Note [Session lifetime]) and restores `previous`
+/// as the budget. Does nothing without a session. Throws what
+/// budget_session::close() and set_budget throw.
+void end_session(std::optional<std::size_t> previous);
+/// The active session, or nullptr.
+std::shared_ptr<budget_session> active_session();
+/// A step boundary: the runtime learns the step; a ratio budget is resolved
+/// after the first. Does nothing without a session.
+void session_step();
+/// The runtime's counters under "tensorpager.runtime.*" names, of the active
+/// session or else the last one; empty when there has been none.
+std::map<std::string, std::int64_t> session_stats();
+/// Manages t's storage under the active session: nullopt when there is none
+/// or t is not manageable (budget_session::adopt).
+std::optional<saved_view> manage(const at::Tensor& t, bool* fresh = nullptr);
+
+}  // namespace tp::hooks

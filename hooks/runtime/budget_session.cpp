@@ -1,0 +1,118 @@
+#include "hooks/runtime/budget_session.hpp"
+
+#include <utility>
+#include <vector>
+
+#include "core/errors.hpp"
+#include "hooks/runtime/saved_storage.hpp"
+
+namespace tp::hooks {
+
+std::shared_ptr<budget_session> budget_session::create(runtime_resources res, c10::Allocator& allocator,
+                                                       options opts) {
+  return std::shared_ptr<budget_session>(new budget_session(res, allocator, opts));
+}
+
+budget_session::budget_session(runtime_resources res, c10::Allocator& allocator, options opts)
+    : res_(res), allocator_(allocator), opts_(opts) {
+  memory_runtime::options ro;
+  ro.policy = opts.policy;
+  ro.prefetch_ahead = opts.prefetch_ahead;
+  runtime_ = std::make_shared<memory_runtime>(res_.dev, res_.alloc, res_.host, res_.clk, ro);
+}
+
+budget_session::~budget_session() {
+  // Every saved_storage holds the session, so none is left: the runtime
+  // tracks nothing and can go.
+}
+
+std::shared_ptr<memory_runtime> budget_session::runtime() const {
+  std::lock_guard lock(mu_);
+  return runtime_;
+}
+
+bool budget_session::closed() const { return runtime() == nullptr; }
+
+std::shared_ptr<saved_storage> budget_session::adopt(const at::Tensor& t, bool* fresh) {
+  if (fresh != nullptr) *fresh = false;
+  if (!t.defined() || !t.has_storage() || t.is_sparse() || t.is_nested()) return nullptr;
+  const c10::Storage& storage = t.storage();
+  c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+  if (impl == nullptr || storage.nbytes() == 0 || impl->data_ptr().get() == nullptr) return nullptr;
+  if (impl->data_ptr().get_deleter() != allocator_.raw_deleter()) return nullptr;  // not ours
+
+  std::unique_lock lock(mu_);
+  if (!runtime_) return nullptr;
+  if (auto it = by_storage_.find(impl); it != by_storage_.end()) {
+    if (auto existing = it->second.lock()) return existing;
+  }
+  auto s = std::make_shared<saved_storage>(shared_from_this(), storage, allocator_);
+  by_storage_[impl] = s;
+  const auto rt = runtime_;
+  lock.unlock();
+  // Tracking may evict (proactive offload) and so call other bindings: no lock.
+  s->set_id(rt->track(*s, s->nbytes(), res_.compute, /*recompute_cost_ns=*/0));
+  if (fresh != nullptr) *fresh = true;
+  return s;
+}
+
+void budget_session::forget(saved_storage& s) noexcept {
+  std::shared_ptr<memory_runtime> rt;
+  {
+    std::lock_guard lock(mu_);
+    const void* impl = s.storage().unsafeGetStorageImpl();
+    if (auto it = by_storage_.find(impl); it != by_storage_.end() && it->second.expired()) by_storage_.erase(it);
+    rt = runtime_;
+  }
+  if (rt && s.id()) {
+    try {
+      rt->untrack(*s.id());
+    } catch (...) {
+      // untrack throws only for an unknown id, which would be a bug here;
+      // a destructor must not throw.
+    }
+  }
+}
+
+void budget_session::step() {
+  if (const auto rt = runtime()) rt->step();
+}
+
+runtime_stats budget_session::stats() const {
+  std::shared_ptr<memory_runtime> rt;
+  {
+    std::lock_guard lock(mu_);
+    if (!runtime_) return last_stats_;
+    rt = runtime_;
+  }
+  return rt->stats();
+}
+
+void budget_session::close() {
+  std::vector<std::shared_ptr<saved_storage>> live;
+  std::shared_ptr<memory_runtime> rt;
+  {
+    std::lock_guard lock(mu_);
+    if (!runtime_) return;
+    rt = runtime_;
+    for (auto& [impl, weak] : by_storage_) {
+      if (auto s = weak.lock()) live.push_back(std::move(s));
+    }
+  }
+  for (auto& s : live) s->make_resident();  // may throw out_of_memory: still managed, nothing lost
+  {
+    std::lock_guard lock(mu_);
+    last_stats_ = rt->stats();
+    runtime_.reset();
+    by_storage_.clear();
+  }
+  for (auto& s : live) {
+    if (s->id()) rt->untrack(*s->id());
+    s->set_id(std::nullopt);
+  }
+  if (res_.host_synchronous) res_.dev.synchronize(res_.compute);
+  // rt (and with it the reclaimer registration) goes when the last caller
+  // holding it returns.
+}
+
+}  // namespace tp::hooks

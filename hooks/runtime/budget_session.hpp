@@ -1,0 +1,85 @@
+#pragma once
+// budget_session: one memory_runtime over the installed adapter's current
+// device, and the saved storages it manages (Note [Saved storages] in
+// saved_storage.hpp). Built by tensorpager::budget_scope (C++) and
+// tp.budget() (Python); at most one is active per process. Includes torch.
+//
+// Note [Session lifetime]
+// Saved tensors can outlive the scope that saved them (a graph kept after the
+// `with` block). So every saved_storage holds the session by shared_ptr, and
+// close() ends management without destroying anything: it makes every
+// tracked storage resident again, untracks it, and destroys the runtime (which
+// stops being the allocator's reclaimer). Storages then behave as plain
+// torch storages until their handles die. Calls into the runtime are made
+// without the session's mutex held: a restore may recompute, the recompute
+// runs Python, and Python may adopt or restore other storages.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
+
+#include "hooks/runtime_host.hpp"
+#include "runtime/runtime.hpp"
+
+namespace tp::hooks {
+
+class saved_storage;
+
+/// Thread-safety: every member may be called from any thread.
+class budget_session : public std::enable_shared_from_this<budget_session> {
+ public:
+  struct options {
+    policy_kind policy = policy_kind::hybrid;
+    bool prefetch_ahead = true;
+  };
+
+  /// Builds the runtime over res (registering it as res.alloc's reclaimer).
+  /// allocator is the adapter as torch sees it: storages whose DataPtr has
+  /// another deleter than allocator.raw_deleter() are not managed.
+  static std::shared_ptr<budget_session> create(runtime_resources res, c10::Allocator& allocator, options opts);
+  ~budget_session();
+  budget_session(const budget_session&) = delete;
+  budget_session& operator=(const budget_session&) = delete;
+
+  /// The storage of t under management, shared with earlier adoptions of
+  /// the same storage; nullptr when t is not manageable (no storage, not
+  /// allocated by tensorpager on this device, empty) or the session is
+  /// closed. `fresh` says whether this call started managing it.
+  std::shared_ptr<saved_storage> adopt(const at::Tensor& t, bool* fresh = nullptr);
+
+  /// Step boundary (memory_runtime::step).
+  void step();
+  runtime_stats stats() const;
+  policy_kind policy() const { return opts_.policy; }
+  bool closed() const;
+  /// Note [Session lifetime]. Throws tp::out_of_memory when a storage cannot
+  /// be made resident again (it stays managed); idempotent.
+  void close();
+
+  // --- for saved_storage ----------------------------------------------------------
+  /// The runtime, or nullptr once closed. The shared_ptr keeps it alive for
+  /// the caller's call.
+  std::shared_ptr<memory_runtime> runtime() const;
+  const runtime_resources& resources() const { return res_; }
+  /// Called by ~saved_storage.
+  void forget(saved_storage& s) noexcept;
+
+ private:
+  budget_session(runtime_resources res, c10::Allocator& allocator, options opts);
+
+  runtime_resources res_;
+  c10::Allocator& allocator_;
+  options opts_;
+  mutable std::mutex mu_;  // guards runtime_, by_storage_, last_stats_
+  std::shared_ptr<memory_runtime> runtime_;
+  std::unordered_map<const void*, std::weak_ptr<saved_storage>> by_storage_;  // by StorageImpl
+  runtime_stats last_stats_;  // the runtime's figures when it closed
+};
+
+}  // namespace tp::hooks

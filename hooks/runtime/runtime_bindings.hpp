@@ -1,0 +1,22 @@
+#pragma once
+// Registers the budget runtime's Python face on tensorpager._C (used by
+// python/tensorpager/budget.py). python_module.cpp calls register_runtime()
+// once, inside PYBIND11_MODULE.
+
+#include <pybind11/pybind11.h>
+
+namespace tp::hooks {
+
+/// Adds to m:
+///   budget_begin(bytes: int | None, ratio: float | None, policy: str | None,
+///                prefetch: bool) -> int | None   (the previous budget)
+///   budget_end(previous: int | None) -> None
+///   budget_active() -> bool          budget_step() -> None
+///   runtime_stats() -> dict[str, int]
+///   pack(tensor) -> SavedTensor | None
+///   SavedTensor: unpack() -> Tensor, set_recompute(fn | None, cost_ns),
+///                key, fresh, nbytes, state, recomputable
+/// Call once per module, with the GIL held.
+void register_runtime(pybind11::module_& m);
+
+}  // namespace tp::hooks

@@ -1,0 +1,89 @@
+#include "hooks/runtime/saved_storage.hpp"
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include <c10/util/Exception.h>
+
+#include "core/errors.hpp"
+#include "hooks/runtime/budget_session.hpp"
+
+namespace tp::hooks {
+
+saved_storage::saved_storage(std::shared_ptr<budget_session> session, c10::Storage storage,
+                             c10::Allocator& allocator)
+    : session_(std::move(session)), storage_(std::move(storage)), allocator_(allocator) {}
+
+saved_storage::~saved_storage() { session_->forget(*this); }
+
+void* saved_storage::device_ptr() const { return storage_.unsafeGetStorageImpl()->data_ptr().get(); }
+
+void saved_storage::release_device() noexcept {
+  // The old DataPtr's deleter returns the block to tensorpager's allocator.
+  storage_.unsafeGetStorageImpl()->set_data_ptr_noswap(c10::DataPtr(nullptr, storage_.device()));
+}
+
+void* saved_storage::allocate_device(std::size_t bytes) {
+  c10::DataPtr fresh;
+  try {
+    fresh = allocator_.allocate(bytes);
+  } catch (const c10::OutOfMemoryError& e) {
+    // The runtime tells an allocation that may be retried later (a prefetch
+    // ahead) by tp::out_of_memory.
+    throw out_of_memory(e.what_without_backtrace());
+  }
+  void* ptr = fresh.get();
+  storage_.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
+  return ptr;
+}
+
+void saved_storage::recompute() {
+  if (!recompute_) throw error("tensorpager: recompute() of a storage that has no recompute function");
+  at::Tensor t = recompute_();
+  if (!t.defined() || !t.has_storage()) throw error("tensorpager: a recompute returned no tensor with storage");
+  c10::Storage from = t.storage();
+  t = at::Tensor();
+  if (from.nbytes() != storage_.nbytes() || from.device() != storage_.device()) {
+    throw error("tensorpager: a recompute produced " + std::to_string(from.nbytes()) + " bytes on " +
+                from.device().str() + "; the dropped storage had " + std::to_string(storage_.nbytes()) +
+                " bytes on " + storage_.device().str() + " (the segment did not replay the same way)");
+  }
+  if (from.unsafeGetStorageImpl() == storage_.unsafeGetStorageImpl()) {
+    throw error("tensorpager: a recompute returned the dropped storage itself");
+  }
+  c10::StorageImpl* src = from.unsafeGetStorageImpl();
+  if (from.use_count() == 1 && src->data_ptr().get_deleter() == allocator_.raw_deleter()) {
+    storage_.unsafeGetStorageImpl()->set_data_ptr_noswap(src->set_data_ptr(c10::DataPtr(nullptr, from.device())));
+    return;
+  }
+  // Something still holds the recomputed storage: copy its bytes.
+  void* dst = allocate_device(storage_.nbytes());
+  const runtime_resources& res = session_->resources();
+  res.dev.copy_async(dst, src->data_ptr().get(), storage_.nbytes(), res.compute);
+  if (res.host_synchronous) res.dev.synchronize(res.compute);
+}
+
+bool saved_storage::can_release() const noexcept { return storage_.use_count() == 1; }
+
+void saved_storage::make_resident() {
+  const auto rt = session_->runtime();
+  if (!rt || !id_) return;  // unmanaged: the storage is always resident
+  rt->access(*id_);
+  const runtime_resources& res = session_->resources();
+  if (res.host_synchronous) res.dev.synchronize(res.compute);
+}
+
+void saved_storage::set_recompute(std::function<at::Tensor()> fn, std::int64_t cost_ns) {
+  recompute_ = std::move(fn);
+  const auto rt = session_->runtime();
+  if (rt && id_) rt->set_recompute_cost(*id_, recompute_ ? std::max<std::int64_t>(cost_ns, 1) : 0);
+}
+
+const char* saved_storage::state() const {
+  const auto rt = session_->runtime();
+  if (!rt || !id_) return "unmanaged";
+  return to_string(rt->state(*id_));
+}
+
+}  // namespace tp::hooks

@@ -1,0 +1,40 @@
+#pragma once
+// What the budget runtime (budget_session.hpp) needs from the installed
+// adapter: the device, the caching allocator and the pinned host pool of the
+// current device, a clock, the stream tensors are used on now, and whether
+// that "stream" is the host itself. Includes no torch.
+
+#include "allocator/caching_allocator.hpp"
+#include "allocator/pinned_host_pool.hpp"
+#include "core/clock.hpp"
+#include "device/device.hpp"
+
+namespace tp::hooks {
+
+/// The parts a tp::memory_runtime is built over. References stay valid for
+/// the life of the process (adapters are never destroyed; Note [Adapters live
+/// forever] in cpu_adapter.hpp).
+struct runtime_resources {
+  device& dev;
+  caching_allocator& alloc;
+  pinned_host_pool& host;
+  clock& clk;
+  /// The stream torch computes on now: the current CUDA stream, or the
+  /// simulated device's default stream behind the CPU adapter.
+  stream_id compute;
+  /// True when compute runs on the host (the CPU adapter): a restore must be
+  /// finished before the tensor is handed back, since CPU kernels do not wait
+  /// on device streams.
+  bool host_synchronous;
+};
+
+/// Implemented by cpu_adapter and cuda_adapter. Thread-safety: any thread.
+class runtime_host {
+ public:
+  virtual ~runtime_host() = default;
+  /// The resources of the current device (opening it if needed). Throws what
+  /// opening the device throws.
+  virtual runtime_resources runtime_resources_now() = 0;
+};
+
+}  // namespace tp::hooks

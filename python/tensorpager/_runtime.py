@@ -1,0 +1,445 @@
+"""Training under a budget: ``tp.budget()`` and ``tp.step()``.
+
+::
+
+    import tensorpager as tp
+    with tp.budget("12GiB", policy="hybrid"):
+        for batch in loader:
+            loss = model(batch).sum(); loss.backward(); opt.step(); opt.zero_grad()
+
+Inside the block tensorpager's runtime is the allocator's reclaimer: when an
+allocation would pass the budget it evicts activations that autograd saved
+for backward, copying them to pinned host memory (swap) or dropping those it
+can recompute, and brings them back when backward needs them. The C++ side is
+``hooks/runtime/`` (Note [Saved storages], Note [Session lifetime]); this
+module is the part that needs Python: the saved-tensor hooks and module
+recompute.
+
+Note [Segments]
+Recompute works at module granularity, as ``torch.utils.checkpoint`` does in
+its non-reentrant form. The modules called at depth ``segment_depth`` below
+the outermost module (1: the children of the model; a ``Sequential``'s layers,
+a ResNet's stages) are segments. While a segment's forward runs, every
+tensor autograd saves is numbered in order; once the forward has finished, a
+saved storage that the segment created (not one of its inputs) becomes
+droppable, and recomputing it replays the segment from its inputs with the
+RNG state (CPU and CUDA), autocast state and buffers of the original forward,
+taking the saved tensor with the same number. A segment's outputs can be
+recomputed the same way, so when a later segment keeps them as inputs they are
+droppable too (recompute then chains backwards, as in DTR). A segment keeps
+its inputs (managed, so they may be swapped or dropped in turn). A segment
+whose forward changed one of its inputs in place cannot be replayed and saves
+nothing droppable. Which storages are dropped, and when, is the policy's
+choice (``policy`` key), not the user's.
+
+Note [Step boundaries]
+The runtime learns one step's access sequence and uses it in the next
+(prefetch ahead, plans). A step ends when the outermost module's forward
+starts after a backward has unpacked saved tensors (each iteration of a
+training loop), or at an explicit ``tp.step()``. A ratio budget is resolved
+at the first boundary (a share of that step's peak reserved bytes).
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from functools import partial
+
+from tensorpager import _sizes
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["budget", "step", "active"]
+
+# The budget in force, if any (one per process, as in C++).
+_active: budget | None = None
+
+
+def active() -> budget | None:
+    """The active ``budget`` block, or None."""
+    return _active
+
+
+def step() -> None:
+    """Marks a step boundary (Note [Step boundaries]); nothing without a budget."""
+    if _active is not None:
+        _active._tracker.step()
+
+
+def _storage_key(t: Any) -> int | None:
+    # Never t.untyped_storage(): the Python storage object it creates is kept
+    # alive by the storage itself and counts as a holder, so the storage
+    # could never be evicted (Note [Saved storages] in hooks/runtime).
+    return _ext().storage_key(t)
+
+
+def _ext() -> Any:
+    from tensorpager import _ext as ext
+
+    return ext.load()
+
+
+class _Segment:
+    """One forward of a segment module, and how to replay it (Note [Segments])."""
+
+    __slots__ = ("module", "rng", "cuda_rng", "autocast", "t0", "cost_ns", "packs", "pending",
+                 "input_keys", "input_versions", "args", "kwargs")
+
+    def __init__(self, module: Any, args: tuple) -> None:
+        import torch
+
+        self.module = module
+        self.rng = torch.get_rng_state()
+        self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        self.autocast = tuple(
+            (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev)) for dev in ("cpu", "cuda")
+        )
+        tensors = [a for a in _flatten(args) if isinstance(a, torch.Tensor)]
+        self.input_keys = {_storage_key(a) for a in tensors} - {None}
+        self.input_versions = [(a, a._version) for a in tensors]
+        self.packs = 0
+        self.pending: list[tuple[Any, int]] = []
+        self.args: Any = None
+        self.kwargs: Any = None
+        self.cost_ns = 0
+        self.t0 = time.perf_counter_ns()
+
+    def replay(self, tracker: _Tracker, kind: str, index: int) -> Any:
+        """Re-runs the forward; returns saved tensor `index` ("saved") or output `index` ("output")."""
+        import torch
+        from torch.utils._pytree import tree_map
+
+        def restore(x: Any) -> Any:
+            if isinstance(x, _HeldInput):
+                t = x.handle.unpack() if x.handle is not None else x.tensor
+                t = t.detach()
+                return t.requires_grad_(True) if x.requires_grad else t
+            return x
+
+        captured: list[Any] = []
+        count = [0]
+
+        def capture(t: Any) -> Any:
+            if kind == "saved" and count[0] == index:
+                captured.append(t)
+            count[0] += 1
+            return None
+
+        tracker.suspended += 1
+        try:
+            args = tree_map(restore, self.args)
+            kwargs = tree_map(restore, self.kwargs)
+            buffers = [(b, b.detach().clone()) for b in self.module.buffers()]
+            devices = list(range(len(self.cuda_rng))) if self.cuda_rng is not None else []
+            with torch.random.fork_rng(devices=devices):
+                torch.set_rng_state(self.rng)
+                if self.cuda_rng is not None:
+                    torch.cuda.set_rng_state_all(self.cuda_rng)
+                with torch.enable_grad(), _autocast(self.autocast), \
+                        torch.autograd.graph.saved_tensors_hooks(capture, lambda _: None):
+                    out = self.module(*args, **kwargs)
+            with torch.no_grad():
+                for b, saved in buffers:  # a replay must not count twice in running statistics
+                    b.copy_(saved)
+            if kind == "saved":
+                if not captured:
+                    raise RuntimeError(
+                        f"tensorpager: replaying {type(self.module).__name__} saved {count[0]} tensors, "
+                        f"fewer than the {index + 1} of its first run; its forward is not deterministic "
+                        "in what it saves, so it cannot be recomputed")
+                result = captured[0]
+            else:
+                result = [o for o in _flatten(out) if isinstance(o, torch.Tensor)][index]
+            result = result.detach()
+            del out, captured, args, kwargs
+            return result
+        finally:
+            tracker.suspended -= 1
+
+
+class _HeldInput:
+    """A segment input kept for its replay: managed (handle) or, when it is not
+    tensorpager's to manage, the tensor itself."""
+
+    __slots__ = ("handle", "tensor", "requires_grad")
+
+    def __init__(self, handle: Any, tensor: Any, requires_grad: bool) -> None:
+        self.handle = handle
+        self.tensor = tensor
+        self.requires_grad = requires_grad
+
+
+def _flatten(x: Any) -> list:
+    from torch.utils._pytree import tree_leaves
+
+    return tree_leaves(x)
+
+
+def _has_storage(t: Any) -> bool:
+    return _storage_key(t) is not None
+
+
+class _autocast:
+    """Re-enters the autocast states a segment ran under."""
+
+    def __init__(self, states: tuple) -> None:
+        import contextlib
+
+        import torch
+
+        self._stack = contextlib.ExitStack()
+        self._states = states
+        self._torch = torch
+
+    def __enter__(self) -> None:
+        for dev, enabled, dtype in self._states:
+            if dev == "cuda" and not self._torch.cuda.is_available():
+                continue
+            self._stack.enter_context(self._torch.autocast(dev, dtype=dtype, enabled=enabled))
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+
+class _Tracker:
+    """The saved-tensor hooks and module hooks of one budget block."""
+
+    def __init__(self, ext: Any, segment_depth: int, recompute: bool) -> None:
+        self.ext = ext
+        self.segment_depth = segment_depth
+        self.recompute = recompute
+        self.stack: list[Any] = []
+        self.segment: _Segment | None = None  # the segment whose forward is running
+        self.producers: dict[int, tuple[Any, _Segment, int]] = {}  # storage key -> (weak output, segment, index)
+        self.unpacked = False
+        self.suspended = 0  # > 0 while a replay runs: hooks stand aside
+        self.steps = 0
+
+    # --- saved-tensor hooks ------------------------------------------------------------
+    def pack(self, t: Any) -> Any:
+        seg = self.segment
+        index = -1
+        if seg is not None:
+            index = seg.packs
+            seg.packs += 1
+        if (t.is_leaf and t.requires_grad) or (t._base is not None and t._base.is_leaf and t._base.requires_grad):
+            return t  # a parameter, or a view of one: never evicted
+        h = self.ext.pack(t)
+        if h is None:
+            return t
+        if h.fresh and seg is not None:
+            if h.key in seg.input_keys:
+                self._link_producer(h)  # an input: recomputable by the segment that made it, if any
+            else:
+                seg.pending.append((h, index))
+        elif h.fresh:
+            self._link_producer(h)
+        return h
+
+    def unpack(self, x: Any) -> Any:
+        if isinstance(x, self.ext.SavedTensor):
+            self.unpacked = True
+            return x.unpack()
+        return x
+
+    # --- module hooks ------------------------------------------------------------------
+    def pre_forward(self, module: Any, args: tuple) -> None:
+        if self.suspended:
+            return
+        depth = len(self.stack)
+        self.stack.append(module)
+        if depth == 0 and self.unpacked:
+            self.step()
+        if self.recompute and depth == self.segment_depth:
+            self.segment = _Segment(module, args)
+
+    def post_forward(self, module: Any, args: tuple, *rest: Any) -> None:
+        # (kwargs, output) normally; torch passes fewer when the forward
+        # raised (always_call), and then the segment is dropped below.
+        if self.suspended or not self.stack:
+            return
+        kwargs, output = rest if len(rest) == 2 else (None, None)
+        self.stack.pop()
+        seg = self.segment
+        if seg is None or seg.module is not module or len(self.stack) != self.segment_depth:
+            return
+        self.segment = None
+        if kwargs is None:
+            return  # the forward raised: nothing it saved will be used
+        seg.cost_ns = max(1, time.perf_counter_ns() - seg.t0)
+        versions, seg.input_versions = seg.input_versions, []
+        pending, seg.pending = seg.pending, []
+        if any(t._version != v for t, v in versions):
+            return  # changed an input in place: cannot be replayed (Note [Segments])
+        seg.args = self._hold(args)
+        seg.kwargs = self._hold(kwargs)
+        for h, index in pending:
+            h.set_recompute(partial(seg.replay, self, "saved", index), seg.cost_ns)
+        import torch
+
+        outputs = [o for o in _flatten(output) if isinstance(o, torch.Tensor)]
+        for j, o in enumerate(outputs):
+            key = _storage_key(o)
+            if key is not None and key not in seg.input_keys:
+                self._add_producer(key, o, seg, j)
+
+    def _hold(self, tree: Any) -> Any:
+        import torch
+        from torch.utils._pytree import tree_map
+
+        def hold(x: Any) -> Any:
+            if not isinstance(x, torch.Tensor):
+                return x
+            if (x.is_leaf and x.requires_grad) or not _has_storage(x):
+                return _HeldInput(None, x, x.requires_grad)
+            h = self.ext.pack(x)
+            if h is None:
+                return _HeldInput(None, x, x.requires_grad)
+            if h.fresh:
+                self._link_producer(h)
+            return _HeldInput(h, None, x.requires_grad)
+
+        return tree_map(hold, tree)
+
+    def _add_producer(self, key: int, out: Any, seg: _Segment, index: int) -> None:
+        # The entry lives as long as the output tensor: only a live output can
+        # later be adopted as another segment's input, and the segment (with
+        # the inputs it keeps) must not outlive it for nothing.
+        def forget(ref: Any) -> None:
+            entry = self.producers.get(key)
+            if entry is not None and entry[0] is ref:
+                del self.producers[key]
+
+        self.producers[key] = (weakref.ref(out, forget), seg, index)
+
+    def _link_producer(self, h: Any) -> None:
+        entry = self.producers.get(h.key)
+        if entry is None:
+            return
+        out_ref, seg, index = entry
+        out = out_ref()
+        # The weak reference guards against a reused address: the producer's
+        # output must still be alive and still use this storage.
+        if out is None or _storage_key(out) != h.key:
+            return
+        h.set_recompute(partial(seg.replay, self, "output", index), seg.cost_ns)
+
+    def step(self) -> None:
+        self.unpacked = False
+        self.producers.clear()
+        self.steps += 1
+        self.ext.budget_step()
+
+
+class budget:
+    """A context manager: training under a memory budget (module docstring).
+
+    Args:
+        size: the budget: bytes (int), a size string (``"12GiB"``), a float
+            ratio in (0, 1] of the first step's peak reserved bytes (Note
+            [Step boundaries]), or None (manage and measure, evict nothing).
+        policy: ``lru``, ``dtr``, ``capuchin`` or ``hybrid``; None: the
+            configuration's ``policy`` key.
+        timeline: a file to dump the block's memory timeline to at exit
+            (``.json``, ``.pickle``, ``.html`` or ``.txt``); None: no dump.
+        prefetch: prefetch swapped tensors ahead of their use, following the
+            previous step's access sequence.
+        recompute: allow dropping and recomputing activations (Note
+            [Segments]); False: swap only.
+        segment_depth: the module depth of recompute segments (>= 1).
+
+    tensorpager is installed first if it is not (``tp.install()``, which picks
+    the CPU adapter when there is no CUDA device). Budgets do not nest.
+
+    Raises:
+        ValueError: a malformed size, a ratio outside (0, 1], an unknown
+            policy, or a budget below memory in use; nothing changes.
+        RuntimeError: a budget is already active.
+        torch.OutOfMemoryError: inside the block, when evicting everything
+            it may still leaves too little; the message has the breakdown.
+    """
+
+    def __init__(self, size: int | float | str | None = None, *, policy: str | None = None,
+                 timeline: str | None = None, prefetch: bool = True, recompute: bool = True,
+                 segment_depth: int = 1) -> None:
+        self.bytes: int | None = None
+        self.ratio: float | None = None
+        if isinstance(size, bool):
+            raise TypeError("tensorpager.budget: size must be bytes, a size string or a ratio, not a bool")
+        if isinstance(size, float):
+            if not 0.0 < size <= 1.0:
+                raise ValueError(f"tensorpager.budget: a ratio must be in (0, 1] (of the first step's peak); "
+                                 f"got {size}")
+            self.ratio = size
+        elif size is not None:
+            self.bytes = _sizes.parse_size(size) if isinstance(size, str) else int(size)
+            if self.bytes <= 0:
+                raise ValueError(f"tensorpager.budget: a budget must be > 0 bytes; got {size!r}")
+        if segment_depth < 1:
+            raise ValueError(f"tensorpager.budget: segment_depth must be >= 1; got {segment_depth}")
+        self.policy = policy
+        self.timeline = None if timeline is None else str(timeline)
+        self.prefetch = prefetch
+        self.recompute = recompute
+        self.segment_depth = segment_depth
+        self._previous: int | None = None
+        self._handles: list[Any] = []
+        self._hooks: Any = None
+        self._tracker: _Tracker | None = None
+
+    def __enter__(self) -> budget:
+        global _active
+        import torch
+        from torch.nn.modules import module as nn_module
+
+        import tensorpager as tp
+
+        if _active is not None:
+            raise RuntimeError("tensorpager.budget: a budget is already active; budgets do not nest")
+        if not tp.is_installed():
+            tp.install()
+        ext = tp._load_ext()
+        self._previous = ext.budget_begin(self.bytes, self.ratio, self.policy, self.prefetch)
+        try:
+            if self.timeline is not None:
+                tp.start_timeline()
+            self._tracker = tr = _Tracker(ext, self.segment_depth, self.recompute)
+            self._handles = [
+                nn_module.register_module_forward_pre_hook(tr.pre_forward),
+                nn_module.register_module_forward_hook(tr.post_forward, with_kwargs=True, always_call=True),
+            ]
+            self._hooks = torch.autograd.graph.saved_tensors_hooks(tr.pack, tr.unpack)
+            self._hooks.__enter__()
+        except BaseException:
+            self._remove_hooks()
+            ext.budget_end(self._previous)
+            raise
+        _active = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _active
+        import tensorpager as tp
+
+        self._remove_hooks()
+        _active = None
+        tp._load_ext().budget_end(self._previous)
+        if self.timeline is not None:
+            tp.stop_timeline()
+            tp.dump_timeline(self.timeline)
+
+    def _remove_hooks(self) -> None:
+        if self._hooks is not None:
+            self._hooks.__exit__(None, None, None)
+            self._hooks = None
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    @property
+    def steps(self) -> int:
+        """Step boundaries seen so far."""
+        return self._tracker.steps if self._tracker is not None else 0

@@ -1,0 +1,123 @@
+"""Training under a budget on the CPU adapter (issue 4): three small models,
+every policy, budgets of 1.0, 0.6 and 0.4 of the first step's peak; loss and
+gradients bit-identical to the unmanaged run; swap, and recompute where the
+host pool is capped. Each model runs in a child process (budget_models.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+from conftest import requires_ext, run_python
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _runs(model: str, host_budget: str | None = None) -> tuple[dict, list[dict]]:
+    args = [model] + ([host_budget] if host_budget else [])
+    code = f"import sys, runpy; sys.argv = ['budget_models.py', *{args!r}]; sys.path.insert(0, {HERE!r}); " \
+           f"runpy.run_path({os.path.join(HERE, 'budget_models.py')!r}, run_name='__main__')"
+    out = run_python(code, timeout=900).stdout
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return rows[0], rows[1:]
+
+
+def _check(ref: dict, runs: list[dict], *, forced: str) -> None:
+    assert len(runs) == 12
+    for r in runs:
+        where = f"{r['model']} policy={r['policy']} ratio={r['ratio']}"
+        assert "oom" not in r, f"{where}: {r.get('oom')}"
+        assert r["losses"] == ref["losses"], where
+        assert r["grads"] == ref["grads"], where
+        # The allocator enforces the budget on reserved bytes, with no slack.
+        assert r["budget"] is not None and r["peak_after_first"] <= r["budget"], where
+        rt = r["runtime"]
+        if r["ratio"] <= 0.6:
+            assert rt["offloads"] + rt["drops"] > 0, where
+            if forced == "recompute":
+                assert rt["recomputes"] > 0, where
+
+
+@requires_ext
+@pytest.mark.parametrize("model", ["mlp", "resnet", "transformer"])
+def test_swap_under_budget_is_bit_identical(model: str) -> None:
+    ref, runs = _runs(model)
+    _check(ref, runs, forced="swap")
+
+
+@requires_ext
+# The transformer is left out: replaying a whole encoder layer under these
+# budgets runs out of room (its segment is the layer), and with finer segments
+# (segment_depth=2) MultiheadAttention's replay saves tensors in another order,
+# which the runtime refuses ("did not replay the same way"). Open in issue 4.
+@pytest.mark.parametrize("model", ["mlp", "resnet"])
+def test_recompute_under_budget_is_bit_identical(model: str) -> None:
+    # A 1 MiB host pool cannot hold the evicted activations: the runtime
+    # falls back to dropping and recomputing them (dropout included: the RNG
+    # state of each segment is restored).
+    ref, runs = _runs(model, host_budget="1MiB")
+    _check(ref, runs, forced="recompute")
+
+
+@requires_ext
+def test_budget_api_errors_and_stats() -> None:
+    run_python(
+        """
+        import torch, tensorpager as tp
+        tp.install(device="cpu")
+        for bad, kind in [(0, ValueError), (-5, ValueError), (1.5, ValueError), ("12 parsecs", ValueError),
+                          (True, TypeError)]:
+            try:
+                tp.budget(bad)
+            except kind as e:
+                assert str(e), bad
+            else:
+                raise AssertionError(f"{bad!r} accepted")
+        try:
+            tp.budget("1MiB", policy="fifo").__enter__()
+        except ValueError as e:
+            assert "fifo" in str(e) and "lru" in str(e), e
+        else:
+            raise AssertionError("unknown policy accepted")
+        with tp.budget("64MiB", policy="lru") as b:
+            try:
+                with tp.budget("32MiB"):
+                    pass
+            except RuntimeError as e:
+                assert "nest" in str(e)
+            else:
+                raise AssertionError("nested budget accepted")
+            x = torch.randn(256, 256, requires_grad=True)
+            y = (x * 2).relu().sum()
+            y.backward()
+            assert tp.get_budget() == 64 << 20
+        assert tp.get_budget() is None
+        s = tp.stats()
+        assert s["tensorpager.runtime.active"] == 0 and s["tensorpager.runtime.tracked"] == 0, s
+        """
+    )
+
+
+@requires_ext
+def test_budget_too_small_is_out_of_memory_and_loses_nothing() -> None:
+    proc = run_python(
+        """
+        import torch, tensorpager as tp
+        tp.install(device="cpu")
+        w = torch.randn(512, 4096, requires_grad=True)
+        x = torch.randn(1024, 512)          # 2 MiB the user holds: never evicted
+        before = x.clone()
+        tp.empty_cache()
+        cap = tp.stats()["reserved_bytes.all.current"] + (1 << 20)
+        with tp.budget(cap, recompute=False):
+            try:
+                h = (x @ w).relu()           # 16 MiB at once, far beyond the 1 MiB of room
+            except torch.OutOfMemoryError as e:
+                print("OOM", str(e).replace("\\n", " "))
+        assert torch.equal(x, before)  # nothing lost
+        """
+    )
+    assert "OOM" in proc.stdout and "Budget: " in proc.stdout, proc.stdout
+    assert "runtime:" in proc.stdout, proc.stdout  # the runtime's breakdown is in the message
