@@ -23,6 +23,7 @@ import os
 import sys
 
 from tensorpager import _conf, _keys, _sizes
+from tensorpager._runtime import budget, step
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ __all__ = [
     "dump_snapshot",
     "report",
     "mark_step",
+    "budget",
+    "step",
 ]
 
 #: Every configuration key tensorpager accepts.
