@@ -116,6 +116,7 @@ void session_step() {
                              " of the first step's peak (" + std::to_string(static_cast<long long>(peak)) +
                              " bytes) is 0 bytes; the first step allocated nothing through tensorpager");
     }
+    control.release_cache();  // reserved-but-free memory must not stand in the way of the budget
     control.change_budget(bytes);
   }
   s->step();
