@@ -301,9 +301,6 @@ std::size_t memory_budget::resolve_for_device(std::size_t total_bytes, std::stri
 std::vector<std::string_view> inert_settings(const config& cfg) {
   const config defaults;
   std::vector<std::string_view> out;
-  if (cfg.policy != defaults.policy) out.push_back("policy");
-  if (cfg.host_budget != defaults.host_budget) out.push_back("host_budget");
-  if (cfg.host_fallback != defaults.host_fallback) out.push_back("host_fallback");
   if (cfg.record_trace != defaults.record_trace) out.push_back("record_trace");
   return out;
 }

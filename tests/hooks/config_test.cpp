@@ -425,8 +425,10 @@ TEST(Budget, ResolvesForADeviceAndRefusesWhatCannotWork) {
 TEST(Config, NamesSettingsThatAreAcceptedButNotActedOnYet) {
   EXPECT_TRUE(tp::inert_settings(tp::parse_config("budget:1GiB,max_split_size:64MiB", "test")).empty());
   EXPECT_TRUE(tp::inert_settings(tp::parse_config("compress:bf16,timeline_events:10,timeline:a.txt", "test")).empty());
-  const auto inert = tp::inert_settings(tp::parse_config("policy:dtr,host_budget:1GiB,record_trace:t.json", "test"));
-  EXPECT_EQ(inert, (std::vector<std::string_view>{"policy", "host_budget", "record_trace"}));
+  // The runtime acts on policy, host_budget and host_fallback (tp.budget, budget_scope).
+  const auto inert = tp::inert_settings(
+      tp::parse_config("policy:dtr,host_budget:1GiB,host_fallback:pageable,record_trace:t.json", "test"));
+  EXPECT_EQ(inert, (std::vector<std::string_view>{"record_trace"}));
 }
 
 }  // namespace
