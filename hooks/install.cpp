@@ -69,8 +69,7 @@ void warn_inert_settings(const tp::config& cfg) {
     std::string names;
     for (const auto& n : inert) names += (names.empty() ? "" : ", ") + std::string(n);
     std::fprintf(stderr,
-                 "tensorpager: %s accepted but not used yet: this version has the allocator and its budget, "
-                 "not the runtime that evicts, swaps and recomputes (see README, 'Configuration')\n",
+                 "tensorpager: %s accepted but not used yet by this version (see README, 'Configuration')\n",
                  names.c_str());
   });
 }
