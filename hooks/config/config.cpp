@@ -301,7 +301,6 @@ std::size_t memory_budget::resolve_for_device(std::size_t total_bytes, std::stri
 std::vector<std::string_view> inert_settings(const config& cfg) {
   const config defaults;
   std::vector<std::string_view> out;
-  if (cfg.record_trace != defaults.record_trace) out.push_back("record_trace");
   return out;
 }
 
