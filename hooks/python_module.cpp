@@ -38,6 +38,10 @@
 
 namespace py = pybind11;
 
+namespace tp::hooks {
+void register_sim(py::module_& m);  // the trace-driven simulator (sim_bindings.cpp)
+}  // namespace tp::hooks
+
 namespace {
 
 /// torch.OutOfMemoryError, looked up once. Leaked on purpose: a static
@@ -150,4 +154,5 @@ PYBIND11_MODULE(_C, m) {
   tp::hooks::register_optim(m);  // AdamA and the activation codec (optim_bindings.hpp)
   tp::hooks::register_profiler(m);  // the timeline functions (profiler_bindings.cpp)
   tp::hooks::register_runtime(m);   // the budget runtime (runtime/runtime_bindings.cpp)
+  tp::hooks::register_sim(m);       // the simulator: sim_main, sim_run (sim_bindings.cpp)
 }

@@ -55,6 +55,7 @@ __all__ = [
     "dump_snapshot",
     "report",
     "mark_step",
+    "record_trace",
     "budget",
     "step",
 ]
@@ -390,3 +391,16 @@ def __getattr__(name: str) -> Any:
 
         return importlib.import_module(f"tensorpager.{name}")
     raise AttributeError(f"module 'tensorpager' has no attribute {name!r}")
+
+
+def record_trace(path: str | os.PathLike[str], *, compute_scale: float = 1.0, model: Any = None) -> Any:
+    """A context manager recording the operators run inside it (docs/trace_format.md).
+
+    ``with tp.record_trace("step.trace", model=model): loss = ...; loss.backward()``
+    writes a trace that ``tp-sim`` (``python -m tensorpager.sim``) replays under
+    any budget and policy. The ``record_trace:path`` key records from
+    ``import torch`` to exit instead. See ``tensorpager.trace.record_trace``.
+    """
+    from tensorpager import trace
+
+    return trace.record_trace(path, compute_scale=compute_scale, model=model)

@@ -1,0 +1,106 @@
+"""The trace-driven simulator from Python: ``python -m tensorpager.sim`` and the
+``tp-sim`` console script run the same command line as the C++ ``tp-sim``
+(``profiler/sim/cli.hpp``); ``simulate()`` returns one run's report.
+
+Example::
+
+    python -m tensorpager.sim step.trace --budget 0.5 --policy hybrid
+    python -m tensorpager.sim bench/traces/dtr/resnet32-bs56.log --sweep --plot out.svg
+
+Traces come from ``tp.record_trace`` (docs/trace_format.md) or DTR's logs.
+The simulator runs in the C++ extension (``tensorpager._C``) with the GIL
+released; it needs no GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["main", "simulate"]
+
+
+def _ext():  # noqa: ANN202
+    from tensorpager import _ext as ext
+
+    module = ext.load()
+    if not hasattr(module, "sim_main"):
+        raise ImportError(
+            "tensorpager._C was built without the simulator (profiler/sim needs nlohmann-json at build "
+            "time: install nlohmann-json3-dev and rebuild)"
+        )
+    return module
+
+
+def simulate(
+    trace: str | os.PathLike[str],
+    budget: int | float | None = None,
+    *,
+    policy: str = "hybrid",
+    bandwidth_gbps: float = 50.0,
+    latency_us: float = 5.0,
+    compute_scale: float = 1.0,
+    repeat: int = 2,
+) -> dict[str, Any]:
+    """Replays ``trace`` under ``budget`` with ``policy`` and returns the report.
+
+    Args:
+        budget: a float in (0, 1] is a ratio of the unconstrained replay's peak
+            reserved bytes; an int is bytes; None replays unconstrained.
+        policy: ``lru``, ``dtr``, ``capuchin`` or ``hybrid``.
+        bandwidth_gbps, latency_us: the copy model (defaults: PCIe 5.0 x16, pinned).
+        compute_scale: multiplies the recorded operator times.
+        repeat: replays of the trace; the last is measured.
+
+    Returns:
+        A dict: fits, failure, budget, policy, peak_reserved, peak_allocated,
+        fragmentation, step_ns, compute_ns, recompute_ns, stall_ns, slowdown,
+        offloaded_bytes, prefetched_bytes, evictions, drops, recomputes,
+        policy_wall_ns, unconstrained_peak_reserved, unconstrained_step_ns.
+
+    Raises:
+        ValueError: a bad budget or policy. RuntimeError: a malformed trace.
+    """
+    kwargs: dict[str, Any] = {}
+    if isinstance(budget, bool):
+        raise ValueError(f"simulate: budget {budget!r} is not a ratio in (0, 1] or a number of bytes")
+    if isinstance(budget, float):
+        kwargs["ratio"] = budget
+    elif isinstance(budget, int):
+        kwargs["budget"] = budget
+        if budget <= 0:
+            raise ValueError(f"simulate: budget {budget} bytes must be > 0")
+    elif budget is not None:
+        raise ValueError(f"simulate: budget {budget!r} is not a ratio in (0, 1] or a number of bytes")
+    return dict(
+        _ext().sim_run(
+            os.fspath(trace),
+            policy=policy,
+            bandwidth_gbps=float(bandwidth_gbps),
+            latency_us=float(latency_us),
+            compute_scale=float(compute_scale),
+            repeat=int(repeat),
+            **kwargs,
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs tp-sim's command line; returns its exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        status, out, err = _ext().sim_main(args)
+    except ImportError as e:
+        sys.stderr.write(f"tp-sim: {e}\n")
+        return 2
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return int(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
