@@ -3,12 +3,13 @@
 // producing operator, and at what cost.
 //
 // Note [Recomputable storages]
-// A storage s output by op p (at event position P) is recomputable when
-//  - nothing mutates s after p (a replay of p alone would miss the write),
-//  - nothing mutates an input of p after p (the replay would read another
-//    version), and
-//  - every input of p is pre-existing and freed after s (or never), or recomputable
-//    itself (so a chain of replays always bottoms out).
+// A storage s output by op p is recomputable when, over the window from p to
+// the free of s (or the end of the trace), where a re-creation can happen,
+//  - nothing mutates s (a replay of p alone would miss the write),
+//  - nothing mutates an input of p (the replay would read another version;
+//    an optimizer updating the weights after the last use is fine), and
+//  - every input of p is pre-existing and outlives the window, or is
+//    recomputable itself (so a chain of replays always bottoms out).
 // An input that is live when s is recomputed is made resident through the
 // runtime; one already freed is re-created for the replay and freed after it
 // (the chain's cost is paid). A replay re-creates only s, not p's other

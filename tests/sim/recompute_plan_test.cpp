@@ -1,0 +1,60 @@
+// Note [Recomputable storages]: which storages a replay of their producer can
+// re-create.
+
+#include "profiler/sim/recompute_plan.hpp"
+
+#include <gtest/gtest.h>
+
+#include "synthetic_traces.hpp"
+
+namespace tp::sim {
+namespace {
+
+using namespace tp::sim::testing;
+
+TEST(RecomputePlan, AnOptimizerUpdateAfterTheLastUseKeepsActivationsRecomputable) {
+  trace_builder b;
+  const storage_id w = b.pre_existing(4 * KiB), x = b.pre_existing(4 * KiB);
+  const storage_id a = b.op("linear", {x, w}, 4 * KiB, true, 10);
+  const storage_id g = b.op("linear_backward", {a}, 4 * KiB, false, 20, phase::backward);
+  b.free(a);
+  trace t = b.build();
+  op_record sgd{"sgd_", {g}, {}, {w}, 5, phase::backward, {}};  // writes w after a is freed
+  t.events.push_back({event::kind::op, t.ops.size(), 0});
+  t.ops.push_back(sgd);
+  t.validate("t");
+  const recompute_plan plan = recompute_plan::build(t);
+  EXPECT_TRUE(plan.recomputable[t.index_of(a)]);
+  EXPECT_FALSE(plan.recomputable[t.index_of(w)]);  // pre-existing: no producer
+  EXPECT_EQ(plan.producer[t.index_of(a)], 0u);
+}
+
+TEST(RecomputePlan, AWriteToAnInputWhileTheOutputLivesMakesItSwapOnly) {
+  trace_builder b;
+  const storage_id w = b.pre_existing(4 * KiB), x = b.pre_existing(4 * KiB);
+  const storage_id a = b.op("linear", {x, w}, 4 * KiB, true, 10);
+  trace t = b.build();
+  op_record write{"add_", {}, {}, {x}, 5, phase::forward, {}};  // x changes while a lives
+  t.events.push_back({event::kind::op, t.ops.size(), 0});
+  t.ops.push_back(write);
+  t.events.push_back({event::kind::free, 0, a});
+  t.validate("t");
+  EXPECT_FALSE(recompute_plan::build(t).recomputable[t.index_of(a)]);
+}
+
+TEST(RecomputePlan, APreExistingInputFreedBeforeTheOutputMakesItSwapOnly) {
+  trace_builder b;
+  const storage_id w = b.pre_existing(4 * KiB), x = b.pre_existing(4 * KiB);
+  const storage_id a = b.op("linear", {x, w}, 4 * KiB, true, 10);
+  const storage_id c = b.op("relu", {a}, 4 * KiB, true, 10);
+  b.free(x);  // the input of a is gone: a cannot be replayed, nor c through a
+  b.free(a);
+  b.free(c);
+  const trace t = b.build();
+  const recompute_plan plan = recompute_plan::build(t);
+  EXPECT_FALSE(plan.recomputable[t.index_of(a)]);
+  EXPECT_FALSE(plan.recomputable[t.index_of(c)]);
+}
+
+}  // namespace
+}  // namespace tp::sim
