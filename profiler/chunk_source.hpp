@@ -13,7 +13,7 @@
 // host faulting in fresh memory), so a filler thread keeps `spares` chunks
 // ready and the allocating thread only takes one: on a quiet 2-vCPU VM that
 // made the recorded fast path's overhead steady at about 1.35x, against 1.5x
-// with outliers past 3x without it (tests/profiler/profiler_bench.cpp,
+// with outliers past 3x without it (bench/profiler_bench.cpp,
 // TP_BENCH_SPARE_CHUNKS). The work is moved, not removed; with no idle core
 // the filler competes with the program. When no spare is ready (a burst, or
 // a forked child, which has no filler) take() maps and populates the chunk
