@@ -329,6 +329,26 @@ def test_timeline_key_dumps_at_exit(tmp_path: Path) -> None:
     assert f"wrote the memory timeline to {path}" in proc.stderr
 
 
+def test_timeline_events_key_caps_the_recording_and_later_logs(tmp_path: Path) -> None:
+    path = tmp_path / "capped.json"
+    proc = run_python("""
+        import torch, tensorpager as tp
+        C = tp._load_ext()
+        print("cap:", C.timeline_info()["max_events"])
+        for _ in range(100):
+            t = torch.empty(4096)
+            del t
+        tp.start_timeline()  # a new log started without a cap takes the key's
+        print("restarted:", C.timeline_info()["max_events"])
+        tp.start_timeline(max_events=7)  # an explicit cap wins
+        print("explicit:", C.timeline_info()["max_events"])
+        tp.install(timeline_events=50, timeline=%r, device="cpu")  # an int is a count
+    """ % str(path), env=clean_env(TENSORPAGER_CONF=f"device:cpu,timeline:{path},timeline_events:50"), hook=True)
+    assert "cap: 50" in proc.stdout and "restarted: 50" in proc.stdout and "explicit: 7" in proc.stdout
+    doc = json.loads(path.read_text())
+    assert doc["otherData"]["max_events"] == 7
+
+
 def test_timeline_key_with_an_unknown_extension_is_refused(tmp_path: Path) -> None:
     proc = run_python(f"""
         import tensorpager as tp
