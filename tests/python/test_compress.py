@@ -352,6 +352,16 @@ def test_the_compress_key_compresses_process_wide_and_tp_stats_reports_it(tp) ->
     assert "not acted on" not in proc.stderr and "compress" not in proc.stderr
 
 
+def test_the_compress_key_acts_from_the_start_up_hook_at_import_torch(tp) -> None:
+    from conftest import clean_env
+
+    proc = run_python(KEYED.replace("tp.install()", "assert tp.is_installed()"), hook=True,
+                      env=clean_env(PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager,device:cpu,compress:bf16"))
+    s = json.loads(proc.stdout.splitlines()[-1])
+    assert s["tensorpager.compress.bf16.tensors"] >= 2  # every module: bare bf16 is *=bf16
+    assert s["tensorpager.compress.pool2.tensors"] == 0
+
+
 def test_without_the_key_nothing_is_compressed_and_the_counters_are_zero(tp) -> None:
     from conftest import clean_env
 
