@@ -180,10 +180,22 @@ std::size_t caching_allocator::allocation_size(const void* ptr) const {
 
 // --- internals; the lock is held unless a comment says otherwise ---------
 
+// Note [Small requests from large blocks]
+// PyTorch keeps the pools apart: a small request never takes a large block.
+// Under a budget that strands memory: the cache can hold megabytes of free
+// large blocks inside segments that are partly in use (so they cannot be
+// released), while a 512 KiB request needs a new 2 MiB small segment that the
+// budget no longer allows. When no small block and no new small segment can
+// be had, a small request is therefore carved from a free large block (split
+// by the large pool's rules; it stays a large-pool block, counted there, and
+// merges back into its segment when freed). Without a budget this happens
+// only when the device itself is full.
 block* caching_allocator::try_allocate_block(std::size_t size, stream_id stream) {
   const pool_kind pool = size_policy::pool_for(size);
   if (block* b = take_free_block(pool, size, stream)) return b;
-  return allocate_segment(pool, size, stream);
+  if (block* b = allocate_segment(pool, size, stream)) return b;
+  if (pool == pool_kind::small) return take_free_block(pool_kind::large, size, stream);
+  return nullptr;
 }
 
 block* caching_allocator::take_free_block(pool_kind pool, std::size_t size, stream_id stream) {

@@ -112,12 +112,21 @@ class _Segment:
         import torch
         from torch.utils._pytree import tree_map
 
+        restored: dict[int, Any] = {}
+
         def restore(x: Any) -> Any:
-            if isinstance(x, _HeldInput):
+            # One tensor per held input, so that arguments that were the same
+            # tensor are again (MultiheadAttention takes another path when
+            # query is key is value).
+            if not isinstance(x, _HeldInput):
+                return x
+            t = restored.get(id(x))
+            if t is None:
                 t = x.handle.unpack() if x.handle is not None else x.tensor
                 t = t.detach()
-                return t.requires_grad_(True) if x.requires_grad else t
-            return x
+                t = t.requires_grad_(True) if x.requires_grad else t
+                restored[id(x)] = t
+            return t
 
         captured: list[Any] = []
         count = [0]
@@ -274,8 +283,7 @@ class _Tracker:
         pending, seg.pending = seg.pending, []
         if any(t._version != v for t, v in versions):
             return  # changed an input in place: cannot be replayed (Note [Segments])
-        seg.args = self._hold(args)
-        seg.kwargs = self._hold(kwargs)
+        seg.args, seg.kwargs = self._hold((args, kwargs))  # one pass: aliases stay aliases
         for h, index in pending:
             h.set_recompute(partial(seg.replay, self, "saved", index), seg.cost_ns)
         import torch
@@ -290,9 +298,17 @@ class _Tracker:
         import torch
         from torch.utils._pytree import tree_map
 
+        held: dict[int, _HeldInput] = {}
+
         def hold(x: Any) -> Any:
             if not isinstance(x, torch.Tensor):
                 return x
+            if id(x) in held:
+                return held[id(x)]
+            held[id(x)] = h = hold_one(x)
+            return h
+
+        def hold_one(x: Any) -> _HeldInput:
             if (x.is_leaf and x.requires_grad) or not _has_storage(x):
                 return _HeldInput(None, x, x.requires_grad)
             h = self.ext.pack(x)

@@ -57,6 +57,25 @@ TEST_F(Budget, ReservedNeverPassesBudget) {
   for (void* p : ps) a.deallocate(p);
 }
 
+TEST_F(Budget, SmallRequestTakesAFreeLargeBlockWhenNoSmallSegmentFits) {
+  // Note [Small requests from large blocks]: a 20 MiB large segment, its
+  // first 4 MiB in use, the rest free but not releasable; the budget leaves
+  // no room for a small segment, not even one of exactly 512 KiB.
+  caching_allocator a(rig_.dev, {.budget = 20 * MiB + 256 * KiB});
+  void* big = a.allocate(4 * MiB);
+  ASSERT_EQ(reserved(a), std::int64_t(20 * MiB));
+  void* small = a.allocate(512 * KiB);
+  EXPECT_EQ(reserved(a), std::int64_t(20 * MiB));  // no new segment
+  EXPECT_EQ(a.allocation_size(small), 512 * KiB);
+  const allocator_stats s = a.stats();
+  EXPECT_EQ(s.allocated_bytes.of(pool_kind::large).current, std::int64_t(4 * MiB + 512 * KiB));
+  a.deallocate(small);
+  a.deallocate(big);
+  EXPECT_EQ(a.stats().inactive_split.all().current, 0);  // merged back into one free block
+  a.empty_cache();
+  EXPECT_EQ(reserved(a), 0);
+}
+
 TEST_F(Budget, UsesSmallerSegmentWhenUsualOneWouldPassBudget) {
   caching_allocator a(rig_.dev, {.budget = 5 * MiB});
   void* p = a.allocate(3 * MiB);  // a 20 MiB segment would not fit
