@@ -66,17 +66,24 @@ void* caching_allocator::allocate(std::size_t bytes, stream_id stream) {
 
   std::size_t reclaimed = 0;
   if (reclaimer* r = reclaimer_) {
-    const std::size_t need = shortfall(size);
-    ++stats_.num_reclaims;
-    lock.unlock();
-    reclaimed = r->reclaim(need, stream);
-    lock.lock();
-    stats_.reclaimed_bytes += i64(reclaimed);
-    notify(allocator_event_kind::reclaim, nullptr, need, reclaimed);
-    wait_for_pending_events(lock);
-    if (block* b = try_allocate_block(size, stream)) return hand_out(b, size, bytes);
-    release_cached_segments();
-    if (block* b = try_allocate_block(size, stream)) return hand_out(b, size, bytes);
+    // Bytes freed by a reclaim may not make a usable block (scattered through
+    // segments still partly in use): ask again while the reclaimer frees
+    // something, until a segment empties or the request fits.
+    for (int round = 0; round < max_reclaim_rounds; ++round) {
+      const std::size_t need = shortfall(size);
+      ++stats_.num_reclaims;
+      lock.unlock();
+      const std::size_t freed = r->reclaim(need, stream);
+      lock.lock();
+      reclaimed += freed;
+      stats_.reclaimed_bytes += i64(freed);
+      notify(allocator_event_kind::reclaim, nullptr, need, freed);
+      wait_for_pending_events(lock);
+      if (block* b = try_allocate_block(size, stream)) return hand_out(b, size, bytes);
+      release_cached_segments();
+      if (block* b = try_allocate_block(size, stream)) return hand_out(b, size, bytes);
+      if (freed == 0) break;
+    }
   }
   throw_oom(bytes, stream, reclaimed, /*larger_than_device=*/false);
 }

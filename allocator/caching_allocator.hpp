@@ -15,8 +15,10 @@
 // An allocation first tries the cache, then a new segment within the budget
 // and the device's free memory. If both fail it (1) waits for pending stream
 // events and releases every fully free cached segment, retries; (2) asks the
-// registered reclaimer for the shortfall, releases what that freed, retries;
-// and only then throws tp::out_of_memory. Waiting and reclaiming happen with
+// registered reclaimer for the shortfall, releases what that freed, retries,
+// and asks again while the reclaimer frees something (at most
+// max_reclaim_rounds times: freed bytes can be scattered through segments
+// still partly in use); and only then throws tp::out_of_memory. Waiting and reclaiming happen with
 // the lock released, so other threads (and the reclaimer itself) can free.
 
 #include <cstddef>
@@ -57,6 +59,8 @@ struct caching_allocator_options {
 class caching_allocator {
  public:
   using options = caching_allocator_options;
+  /// Note [Reclaim]: how many times one allocation asks the reclaimer.
+  static constexpr int max_reclaim_rounds = 16;
 
   explicit caching_allocator(device& dev, options opts = {});
   ~caching_allocator();

@@ -76,6 +76,26 @@ TEST_F(Budget, SmallRequestTakesAFreeLargeBlockWhenNoSmallSegmentFits) {
   EXPECT_EQ(reserved(a), 0);
 }
 
+TEST_F(Budget, ReclaimIsAskedAgainWhileFreedBytesAreScattered) {
+  // Two 20 MiB segments of 2 MiB blocks fill the budget. The reclaimer frees
+  // every other block first, so the first rounds free bytes that form no
+  // 4 MiB block; the allocation succeeds once two neighbours are free.
+  caching_allocator a(rig_.dev, {.budget = 40 * MiB});
+  std::vector<void*> blocks;
+  for (int i = 0; i < 20; ++i) blocks.push_back(a.allocate(2 * MiB));
+  ASSERT_EQ(reserved(a), std::int64_t(40 * MiB));
+  freeing_reclaimer r(a);
+  for (int i = 0; i < 20; i += 2) r.victims.emplace_back(blocks[std::size_t(i)], 2 * MiB);
+  for (int i = 1; i < 20; i += 2) r.victims.emplace_back(blocks[std::size_t(i)], 2 * MiB);
+  a.set_reclaimer(&r);
+  void* p = a.allocate(4 * MiB);
+  EXPECT_GT(r.calls, 1);
+  EXPECT_LE(reserved(a), std::int64_t(40 * MiB));
+  a.set_reclaimer(nullptr);
+  a.deallocate(p);
+  for (auto& [ptr, bytes] : r.victims) a.deallocate(ptr);
+}
+
 TEST_F(Budget, UsesSmallerSegmentWhenUsualOneWouldPassBudget) {
   caching_allocator a(rig_.dev, {.budget = 5 * MiB});
   void* p = a.allocate(3 * MiB);  // a 20 MiB segment would not fit

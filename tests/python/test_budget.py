@@ -48,11 +48,7 @@ def test_swap_under_budget_is_bit_identical(model: str) -> None:
 
 
 @requires_ext
-# The transformer is left out: replaying a whole encoder layer under these
-# budgets runs out of room (its segment is the layer), and with finer segments
-# (segment_depth=2) MultiheadAttention's replay saves tensors in another order,
-# which the runtime refuses ("did not replay the same way"). Open in issue 4.
-@pytest.mark.parametrize("model", ["mlp", "resnet"])
+@pytest.mark.parametrize("model", ["mlp", "resnet", "transformer"])
 def test_recompute_under_budget_is_bit_identical(model: str) -> None:
     # A 1 MiB host pool cannot hold the evicted activations: the runtime
     # falls back to dropping and recomputing them (dropout included: the RNG
