@@ -112,7 +112,8 @@ TEST(RuntimeRecorder, DropAndRecomputeAreCountedByTheAnalysis) {
   const std::vector<event> ev = r.runtime_events();
   ASSERT_EQ(kinds(ev), (std::vector<event_kind>{event_kind::eviction, event_kind::recompute_begin,
                                                 event_kind::recompute_end, event_kind::stall}));
-  const device_totals& t = analyze(r.log.snapshot()).devices.at(0).totals;
+  const timeline_analysis a = analyze(r.log.snapshot());
+  const device_totals& t = a.devices.at(0).totals;
   EXPECT_EQ(t.evictions, 1u);
   EXPECT_EQ(t.dropped_evictions, 1u);
   EXPECT_EQ(t.recomputes, 1u);
