@@ -112,14 +112,23 @@ std::string format_sweep_summary(const sweep_result& s) {
     }
     return "-";
   };
-  std::string out = "| policy | smallest fitting ratio | slowdown at 0.5 | slowdown at 0.3 |\n|---|---|---|---|\n";
+  // Fitting need not be monotone (a reclaim can free bytes that do not make
+  // a block of the size asked for), so both the smallest ratio that fits and
+  // the ratio down to which every ratio fits are shown.
+  std::string out =
+      "| policy | smallest fitting ratio | every ratio fits down to | slowdown at 0.5 | slowdown at 0.3 |\n"
+      "|---|---|---|---|---|\n";
+  auto ratio_text = [](double r) { return r < 0 ? std::string("none") : fmt::format("{:.1f}", r); };
   for (std::size_t p = 0; p < s.points.size(); ++p) {
-    double smallest = -1;
-    for (const sweep_point& pt : s.points[p]) {
+    double smallest = -1, down_to = -1;
+    bool unbroken = true;
+    for (const sweep_point& pt : s.points[p]) {  // ratios in sweep order, largest first
       if (pt.report.fits && (smallest < 0 || pt.ratio < smallest)) smallest = pt.ratio;
+      unbroken = unbroken && pt.report.fits;
+      if (unbroken) down_to = pt.ratio;
     }
-    out += fmt::format("| {} | {} | {} | {} |\n", to_string(s.policies[p]),
-                       smallest < 0 ? std::string("none") : fmt::format("{:.1f}", smallest), at(p, 0.5), at(p, 0.3));
+    out += fmt::format("| {} | {} | {} | {} | {} |\n", to_string(s.policies[p]), ratio_text(smallest),
+                       ratio_text(down_to), at(p, 0.5), at(p, 0.3));
   }
   return out;
 }

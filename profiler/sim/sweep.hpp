@@ -40,8 +40,9 @@ sweep_result run_sweep(const trace& t, const sim_options& base, const std::vecto
 std::string format_report(const sim_report& r);
 /// A Markdown table: one row per (policy, ratio). Pure.
 std::string format_sweep_table(const sweep_result& s);
-/// Per policy: the smallest ratio that fits and the slowdown at 0.5 and 0.3
-/// (a Markdown table). Pure.
+/// Per policy: the smallest ratio that fits, the ratio down to which every
+/// ratio fits, and the slowdown at 0.5 and 0.3 (a Markdown table). Requires:
+/// ratios in descending order. Pure.
 std::string format_sweep_summary(const sweep_result& s);
 
 }  // namespace tp::sim
