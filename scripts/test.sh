@@ -23,8 +23,13 @@ cmake --build build -j "$JOBS"
 step "C++ tests"
 ctest --test-dir build --output-on-failure -j "$JOBS"
 
-step "timeline recording overhead (informational: build/tests/profiler/tp_profiler_bench)"
-build/tests/profiler/tp_profiler_bench --summary_only
+step "timeline recording overhead (informational: build/bench/tp_profiler_bench)"
+build/bench/tp_profiler_bench --summary_only
+
+if [[ -x build/examples/tp_budget_scope_example ]]; then
+  step "LibTorch example under a budget_scope (two steps)"
+  build/examples/tp_budget_scope_example 2
+fi
 
 if [[ "${TP_SKIP_SANITIZERS:-0}" != 1 ]]; then
   sanitized_targets=(simulated_device_test caching_allocator_test budget_and_reclaim_test
@@ -49,6 +54,13 @@ if [[ -d tests/python ]]; then
   step "Python package installed into build/venv (the real pip install and start-up hook)"
   [[ -x build/venv/bin/python ]] || "$PYTHON" -m venv --system-site-packages build/venv
   build/venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps .
+
+  step "Python example under tp.budget (two steps of a torchvision ResNet-18 on the CPU)"
+  if build/venv/bin/python -c "import torchvision" 2>/dev/null; then
+    build/venv/bin/python examples/train_under_budget.py --steps 2
+  else
+    echo "torchvision is missing (no network when the dependencies were installed?): skipped"
+  fi
 
   step "Python tests"
   PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" TENSORPAGER_EXT_DIR="$PWD/build/hooks" \

@@ -24,7 +24,10 @@ offloaded_tensor offload(at::Tensor&& t) {
   t = at::Tensor();  // the caller's reference goes, so the storage can leave the device
   offloaded_tensor h;
   h.view_ = std::make_shared<const tp::hooks::saved_view>(std::move(*view));
-  if (auto rt = session->runtime(); rt && h.view_->storage->id()) rt->offload(*h.view_->storage->id());
+  if (auto rt = session->runtime(); rt && h.view_->storage->id()) {
+    rt->offload(*h.view_->storage->id());
+    rt->poll();  // a copy that has already finished gives its device block back now
+  }
   return h;
 }
 
