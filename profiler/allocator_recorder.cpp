@@ -21,14 +21,14 @@ event_kind kind_of(allocator_event_kind k) noexcept {
 }  // namespace
 
 allocator_recorder::allocator_recorder(event_log& log, std::int16_t device)
-    : writer_(log.open_writer()), device_(device) {}
+    : writer_(log.open_writer(/*stamp_ticks=*/true)), device_(device) {}
 
 void allocator_recorder::on_event(const allocator_event& e) noexcept {
   // Filled in place: this runs inside every allocation (Note [Event clock]).
   event* ev = writer_.claim();
   if (ev == nullptr) return;
   const event_log& log = writer_.log();
-  ev->t_ns = log.now_ns();
+  ev->t_ns = writer_.stamp();  // ticks, converted by snapshot()
   ev->stream = to_underlying(e.stream);
   ev->address = e.address;
   ev->bytes = e.bytes;

@@ -93,9 +93,9 @@ void event_log::record_at(const event& e) noexcept {
   shared_->append(e);
 }
 
-event_log::writer& event_log::open_writer() {
+event_log::writer& event_log::open_writer(bool stamp_ticks) {
   std::lock_guard lock(mutex_);
-  writers_.push_back(std::unique_ptr<writer>(new writer(*this)));
+  writers_.push_back(std::unique_ptr<writer>(new writer(*this, stamp_ticks && tsc_ != nullptr)));
   return *writers_.back();
 }
 
@@ -162,6 +162,7 @@ timeline event_log::snapshot() const {
       const std::size_t n = std::min(left, room);
       for (const event* e = chunk; e != chunk + n; ++e) {
         t.events.push_back(*e);
+        if (w->raw_ticks_) t.events.back().t_ns = tsc_->ns_of(static_cast<std::uint64_t>(e->t_ns));
         if (e->kind == event_kind::free_requested && e->detail == folded_free) {
           t.events.back().detail = 0;
           t.events.push_back(t.events.back());

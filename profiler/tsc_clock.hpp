@@ -43,10 +43,13 @@ class tsc_clock final : public tp::clock {
   std::int64_t now_ns() const override { return read_ns(); }
   /// now_ns() without the virtual call, for callers that know the clock's
   /// type (event_log's writers: Note [Event clock]).
-  std::int64_t read_ns() const noexcept {
+  std::int64_t read_ns() const noexcept { return ns_of(read_ticks()); }
+  /// The time read_ns() would have given when the counter read `ticks`:
+  /// callers on a hot path store read_ticks() and convert later. Pure.
+  std::int64_t ns_of(std::uint64_t ticks) const noexcept {
     // Ticks before base_ticks_ cannot occur after construction on an
     // invariant counter; the signed difference keeps the map monotone anyway.
-    const auto delta = static_cast<std::int64_t>(read_ticks() - base_ticks_);
+    const auto delta = static_cast<std::int64_t>(ticks - base_ticks_);
     return base_ns_ + static_cast<std::int64_t>(static_cast<double>(delta) * ns_per_tick_);
   }
   void wait_until(std::int64_t deadline_ns) override;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -110,6 +111,46 @@ TEST(EventLog, RecorderMirrorsTheAllocatorsEventsWithContextAndTotals) {
   EXPECT_EQ(t.events[3].bytes, 3 * MiB);
   EXPECT_EQ(t.events[2].detail, 0);
   EXPECT_EQ(t.events[3].allocated_bytes, 0);
+}
+
+TEST(EventLog, TickStampsAreConvertedToTheClocksNanosecondsInSnapshot) {
+  if (!tsc_clock::available()) GTEST_SKIP() << "no invariant time-stamp counter on this CPU";
+  const tsc_clock clk(std::chrono::milliseconds(1));
+  event_log log(clk);
+  event_log::writer& w = log.open_writer(/*stamp_ticks=*/true);
+  std::vector<std::int64_t> before, after;
+  for (int i = 0; i < 50; ++i) {
+    before.push_back(clk.now_ns());
+    event e;
+    e.kind = event_kind::alloc;
+    e.id = static_cast<std::uint64_t>(i);
+    e.t_ns = w.stamp();
+    w.append(e);
+    after.push_back(clk.now_ns());
+    event marker;  // through record(): stamped in ns
+    marker.kind = event_kind::stall;
+    marker.id = 1000 + static_cast<std::uint64_t>(i);
+    log.record(marker);
+  }
+  const timeline t = log.snapshot();
+  ASSERT_EQ(t.events.size(), 100u);
+  for (std::size_t i = 0; i < t.events.size(); ++i) {
+    const event& e = t.events[i];
+    // Each stamped event lies between the readings around it and before its marker.
+    EXPECT_EQ(e.kind == event_kind::alloc ? e.id : e.id - 1000, i / 2) << i;
+    if (e.kind == event_kind::alloc) {
+      EXPECT_GE(e.t_ns, before[e.id]);
+      EXPECT_LE(e.t_ns, after[e.id]);
+    }
+  }
+  // A writer without stamp_ticks keeps t_ns as given.
+  event_log::writer& plain = log.open_writer();
+  event e;
+  e.t_ns = 12345;
+  plain.append(e);
+  bool found = false;
+  for (const event& x : log.snapshot().events) found |= x.t_ns == 12345;
+  EXPECT_TRUE(found);
 }
 
 TEST(EventLog, FreeThatWaitsForStreamsStaysTwoEvents) {
