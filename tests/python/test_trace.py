@@ -8,7 +8,19 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import REPO, clean_env, requires_ext, run_python
+from conftest import REPO, clean_env, extension_path, requires_ext, run_python
+
+
+def _simulator_built() -> bool:
+    """Whether _C has the simulator (profiler/sim is built only with nlohmann-json)."""
+    path = extension_path()
+    return path is not None and b"sim_main" in Path(path).read_bytes()
+
+
+requires_sim = pytest.mark.skipif(
+    not _simulator_built(),
+    reason="tensorpager._C was built without the simulator (profiler/sim needs nlohmann-json)",
+)
 
 # A small model trained one step on the CPU. The recorded step is the first
 # use of everything it allocates, so the allocator's figures and the trace's
@@ -108,7 +120,7 @@ with tp.record_trace({str(tmp_path / "b.trace")!r}):
 # them, which here is their creation order), then each operator's outputs and
 # frees in order. The run starts from an empty cache (empty_cache, peaks
 # reset) so that no block from before the recording changes placement.
-@requires_ext
+@requires_sim
 def test_simulated_peak_equals_the_allocators_peak_for_the_recorded_run(tmp_path: Path) -> None:
     path = tmp_path / "step.trace"
     out = run_python(
@@ -149,7 +161,7 @@ def test_record_trace_key_records_from_import_torch_to_exit(tmp_path: Path) -> N
     assert {"addmm", "mm"} <= {r["name"] for r in records if r.get("type") == "op"}
 
 
-@requires_ext
+@requires_sim
 def test_tp_sim_command_line_replays_a_dtr_log_and_rejects_bad_input() -> None:
     log = REPO / "bench" / "traces" / "dtr" / "resnet32-bs56.log"
     code = textwrap.dedent(
@@ -172,7 +184,7 @@ def test_tp_sim_command_line_replays_a_dtr_log_and_rejects_bad_input() -> None:
     assert "unknown policy 'fifo'; accepted: lru, dtr, capuchin, hybrid" in bad.stderr
 
 
-@requires_ext
+@requires_sim
 def test_simulate_rejects_a_bad_budget() -> None:
     log = REPO / "bench" / "traces" / "dtr" / "resnet32-bs56.log"
     run_python(
