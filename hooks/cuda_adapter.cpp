@@ -135,7 +135,7 @@ runtime_resources cuda_adapter::runtime_resources_now() {
     state.host = std::make_unique<pinned_host_pool>(*state.device, o);
   }
   return runtime_resources{*state.device, a, *state.host, clock_,
-                           to_stream_id(c10::cuda::getCurrentCUDAStream(d).stream()), /*host_synchronous=*/false};
+                           to_stream_id(c10::cuda::getCurrentCUDAStream(d).stream()), /*host_synchronous=*/false, d};
 }
 
 std::size_t cuda_adapter::total_bytes(c10::DeviceIndex device) {

@@ -26,6 +26,8 @@ struct runtime_resources {
   /// finished before the tensor is handed back, since CPU kernels do not wait
   /// on device streams.
   bool host_synchronous;
+  /// The device's index (the timeline's device of the runtime's events).
+  int device_index = 0;
 };
 
 /// Implemented by cpu_adapter and cuda_adapter. Thread-safety: any thread.

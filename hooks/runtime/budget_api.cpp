@@ -117,6 +117,18 @@ void session_step() {
                              " bytes) is 0 bytes; the first step allocated nothing through tensorpager");
     }
     control.release_cache();  // reserved-but-free memory must not stand in the way of the budget
+    const auto in_use = control.memory_stats().reserved_bytes.all().current;
+    if (static_cast<double>(bytes) < static_cast<double>(in_use)) {
+      // What stays between steps (weights, gradients, optimizer state, and
+      // the segments they occupy) already needs more: no eviction can help.
+      throw out_of_memory("tensorpager: Budget: ratio " + std::to_string(*ratio) + " of the first step's peak (" +
+                          std::to_string(static_cast<long long>(peak)) + " bytes reserved) is " +
+                          std::to_string(bytes) + " bytes, but " + std::to_string(in_use) +
+                          " bytes are still reserved between steps (weights, gradients, optimizer state and the "
+                          "segments they occupy). The smallest budget that can work is at least " +
+                          std::to_string(in_use) + " bytes (ratio " +
+                          std::to_string(static_cast<double>(in_use) / peak) + "); no budget is set");
+    }
     control.change_budget(bytes);
   }
   s->step();

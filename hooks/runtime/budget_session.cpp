@@ -1,16 +1,21 @@
 #include "hooks/runtime/budget_session.hpp"
 
+#include <cstdint>
 #include <utility>
 #include <vector>
 
 #include "core/errors.hpp"
+#include "hooks/profiler_glue.hpp"
 #include "hooks/runtime/saved_storage.hpp"
 
 namespace tp::hooks {
 
 std::shared_ptr<budget_session> budget_session::create(runtime_resources res, c10::Allocator& allocator,
                                                        options opts) {
-  return std::shared_ptr<budget_session>(new budget_session(res, allocator, opts));
+  std::shared_ptr<budget_session> s(new budget_session(res, allocator, opts));
+  // Offloads, prefetches, recomputes, stalls and steps reach the timeline.
+  attach_runtime(s->runtime_.get(), static_cast<std::int16_t>(res.device_index));
+  return s;
 }
 
 budget_session::budget_session(runtime_resources res, c10::Allocator& allocator, options opts)
@@ -24,6 +29,7 @@ budget_session::budget_session(runtime_resources res, c10::Allocator& allocator,
 budget_session::~budget_session() {
   // Every saved_storage holds the session, so none is left: the runtime
   // tracks nothing and can go.
+  if (runtime_) detach_runtime(runtime_.get());
 }
 
 std::shared_ptr<memory_runtime> budget_session::runtime() const {
@@ -100,6 +106,7 @@ void budget_session::close() {
     }
   }
   for (auto& s : live) s->make_resident();  // may throw out_of_memory: still managed, nothing lost
+  detach_runtime(rt.get());
   {
     std::lock_guard lock(mu_);
     last_stats_ = rt->stats();

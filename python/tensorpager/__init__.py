@@ -122,6 +122,21 @@ def install(conf: str | None = None, **options: Any) -> None:
     _device_source = source
     _track_phases_if_recording(ext)  # the timeline key starts a recording (timeline.py)
     _compress_if_configured(ext)  # the compress key (compress.enable)
+    _record_trace_if_configured(ext)  # the record_trace key (trace.start_from_config)
+
+
+def _record_trace_if_configured(ext: Any) -> None:
+    """The ``record_trace`` key records from install until exit (once per process)."""
+    global _trace_started
+    path = _conf.parse_to_dict(ext.config()).get("record_trace", "")
+    if path and not _trace_started:
+        from tensorpager import trace
+
+        trace.start_from_config(path)
+        _trace_started = True
+
+
+_trace_started = False
 
 
 def uninstall() -> None:

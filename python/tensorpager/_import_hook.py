@@ -70,12 +70,7 @@ def install_from_environment(environ: MutableMapping[str, str]) -> None:
 
     conf = environ.get(_keys.ENV_CONF, "")
     try:
-        tensorpager.install(conf)
-        trace_path = tensorpager.config().get("record_trace", "")
-        if trace_path:  # the record_trace key: record until exit (tensorpager/trace.py)
-            from tensorpager import trace
-
-            trace.start_from_config(trace_path)
+        tensorpager.install(conf)  # also acts on the timeline, compress and record_trace keys
     except (ValueError, ImportError) as e:
         hint = (
             f"tensorpager: the configuration came from {origin}: '{conf}'. Set"

@@ -117,3 +117,27 @@ def test_budget_too_small_is_out_of_memory_and_loses_nothing() -> None:
     )
     assert "OOM" in proc.stdout and "Budget: " in proc.stdout, proc.stdout
     assert "runtime:" in proc.stdout, proc.stdout  # the runtime's breakdown is in the message
+
+
+@requires_ext
+def test_runtime_events_reach_the_timeline(tmp_path) -> None:
+    path = tmp_path / "run.json"
+    run_python(
+        f"""
+        import json, torch, torch.nn as nn, tensorpager as tp
+        tp.install(device="cpu")
+        torch.manual_seed(0)
+        m = nn.Sequential(*[nn.Sequential(nn.Linear(256, 256), nn.ReLU()) for _ in range(8)])
+        x = torch.randn(4096, 256)
+        with tp.budget(0.7, policy="lru", timeline={str(path)!r}):
+            for _ in range(3):
+                m(x).sum().backward()
+        events = json.load(open({str(path)!r}))
+        events = events["traceEvents"] if isinstance(events, dict) else events
+        names = [e.get("name") for e in events]
+        s = tp.stats()
+        assert names.count("offload") >= 2 * s["tensorpager.runtime.offloads"] > 0, (names.count("offload"), s)
+        assert "prefetch" in names and "eviction" in names, set(names)
+        assert sum(n.startswith("step") for n in names if n) >= 2, set(names)
+        """
+    )
