@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job, in two parts (each installs what it needs, only where missing):
+# The main job, in three parts (each installs what it needs, only where missing):
 #  1. replays a training-like allocation trace on the simulated device under a
 #     budget that fits and one that does not: statistics, then the
 #     out-of-memory message;
@@ -7,7 +7,10 @@
 #     trains a small CNN on random data with no code change, under
 #     PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager,budget:...": on CUDA when a
 #     GPU is present, otherwise on the CPU adapter. Then once more under a
-#     budget too small for it, which ends in torch.OutOfMemoryError.
+#     budget too small for it, which ends in torch.OutOfMemoryError;
+#  3. trains a torchvision ResNet-18 inside tp.budget(0.9): the runtime swaps
+#     and recomputes activations, and the memory timeline is written to
+#     demo-out/budget_timeline.html.
 # Environment: DEMO_BUDGET / DEMO_SMALL_BUDGET override the two budgets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,3 +41,13 @@ echo
 echo "--- the same script under budget:$small, which is too small ---"
 if (cd /tmp && PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager,budget:$small" \
       "$OLDPWD/.venv/bin/python" "$OLDPWD/examples/train_small_cnn.py" --steps 1 2>&1 | tail -3); then :; fi
+
+echo
+echo "=== 3. tp.budget: a torchvision ResNet-18 under 0.9 of its first step's peak, with a timeline ==="
+mkdir -p demo-out
+if .venv/bin/python -c "import torchvision" 2>/dev/null; then
+  .venv/bin/python examples/train_under_budget.py --steps 3 --timeline demo-out/budget_timeline.html
+  echo "timeline: demo-out/budget_timeline.html (a self-contained page: open it in a browser)"
+else
+  echo "torchvision is missing (scripts/install_deps.sh installs it when the network allows): skipped"
+fi
