@@ -1,6 +1,8 @@
 #include "hooks/runtime/budget_session.hpp"
 
 #include <cstdint>
+#include <cstdio>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -23,6 +25,11 @@ budget_session::budget_session(runtime_resources res, c10::Allocator& allocator,
   memory_runtime::options ro;
   ro.policy = opts.policy;
   ro.prefetch_ahead = opts.prefetch_ahead;
+  // The runtime's one-time notices (a full host pool: recompute instead of
+  // swap, or keep the tensor) go to stderr, as PyTorch's warnings do.
+  ro.log = [](std::string_view what) {
+    std::fprintf(stderr, "%.*s\n", static_cast<int>(what.size()), what.data());
+  };
   runtime_ = std::make_shared<memory_runtime>(res_.dev, res_.alloc, res_.host, res_.clk, ro);
 }
 
@@ -46,6 +53,11 @@ std::shared_ptr<saved_storage> budget_session::adopt(const at::Tensor& t, bool* 
   c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
   if (impl == nullptr || storage.nbytes() == 0 || impl->data_ptr().get() == nullptr) return nullptr;
   if (impl->data_ptr().get_deleter() != allocator_.raw_deleter()) return nullptr;  // not ours
+  // One runtime per device: a tensor on another device is not this session's.
+  const c10::Device device = res_.host_synchronous
+                                 ? c10::Device(c10::DeviceType::CPU)
+                                 : c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(res_.device_index));
+  if (storage.device() != device) return nullptr;
 
   std::unique_lock lock(mu_);
   if (!runtime_) return nullptr;
