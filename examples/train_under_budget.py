@@ -1,7 +1,7 @@
 """Trains a torchvision ResNet-18 on random data under 0.9 of its first
 step's peak memory, and prints what the runtime did.
 
-    python examples/train_under_budget.py [--steps 3] [--batch 16] [--policy hybrid]
+    python examples/train_under_budget.py [--steps 3] [--batch 32] [--policy lru]
 
 On a machine without a GPU it runs on the CPU adapter (tensorpager's
 allocator behind torch's CPU tensors), where the same runtime swaps and
@@ -24,7 +24,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--ratio", type=float, default=0.9)
     ap.add_argument("--size", type=int, default=128, help="image height and width")
-    ap.add_argument("--policy", default="hybrid", choices=["lru", "dtr", "capuchin", "hybrid"])
+    ap.add_argument("--policy", default=None, choices=["lru", "dtr", "capuchin", "hybrid"],
+                    help="default: the configuration's policy key (lru)")
     ap.add_argument("--timeline", default=None, help="dump the memory timeline here (.json/.html/.pickle/.txt)")
     args = ap.parse_args()
 

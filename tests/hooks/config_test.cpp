@@ -114,7 +114,7 @@ TEST(Config, EmptyTextMeansAllDefaults) {
   EXPECT_FALSE(c.host_budget);
   EXPECT_EQ(c.host_fallback, tp::host_fallback_mode::error);
   EXPECT_FALSE(c.max_split_size);
-  EXPECT_EQ(c.policy, tp::policy_kind::hybrid);
+  EXPECT_EQ(c.policy, tp::policy_kind::lru);
   EXPECT_EQ(c.device, tp::device_kind::cuda);
   EXPECT_EQ(c.sim_capacity, 64 * GiB);
   EXPECT_EQ(c.timeline_events, std::size_t{1} << 20);
@@ -325,8 +325,8 @@ TEST(Config, ToStringRoundTrips) {
     const std::string written = tp::to_string(c);
     EXPECT_EQ(tp::parse_config(written, "x"), c) << text << " -> " << written;
   }
-  EXPECT_EQ(tp::to_string(tp::parse_config("policy:LRU,budget:12GiB", "x")),
-            "budget:12GiB,policy:lru");
+  EXPECT_EQ(tp::to_string(tp::parse_config("policy:DTR,budget:12GiB", "x")),
+            "budget:12GiB,policy:dtr");
 }
 
 TEST(Config, ToStringRejectsValuesTheGrammarCannotCarry) {
