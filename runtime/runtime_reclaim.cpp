@@ -165,9 +165,7 @@ void memory_runtime::proactive_offload_locked() {
   for (std::size_t i = pos; i < std::min(prev->live_bytes.size(), pos + opts_.proactive_lookahead); ++i) {
     ahead = std::max(ahead, prev->live_bytes[i]);
   }
-  // Allocated, not reserved: cached free blocks serve the growth without
-  // new segments, so counting them would offload ahead of peaks that fit.
-  const auto reserved = static_cast<std::size_t>(alloc_.stats().allocated_bytes.all().current);
+  const auto reserved = static_cast<std::size_t>(alloc_.stats().reserved_bytes.all().current);
   const std::size_t growth = ahead - now_live;
   if (reserved + growth <= *budget) return;
   std::size_t in_flight_bytes = 0;
