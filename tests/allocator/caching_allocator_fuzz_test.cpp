@@ -137,6 +137,9 @@ class fuzz_run {
         check_invariants();
       }
     }
+    // Under the model lock like every other step: another worker may be
+    // checking the invariants (a snapshot and the statistics, read apart).
+    std::shared_lock step(model_mutex_);
     for (auto& [ptr, b] : mine) release(ptr, b);
     for (auto& c : checks) finish_check(c, /*wait=*/true);
   }
