@@ -3,15 +3,19 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
-#include <cmath>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "core/errors.hpp"
-#include "core/format_bytes.hpp"
 #include "hooks/config/compress_spec.hpp"
 #include "hooks/config/parse_bytes.hpp"
+
+// Reading configuration text: the key table and the choices' names,
+// parse_config and split_alloc_conf (Note [Configuration grammar] in
+// config.hpp). Writing it back out is format_config.cpp; resolving a budget is
+// memory_budget.cpp. key_table stays in this file: tests/python/test_keys.py
+// and python/tensorpager/_keys.py find it here.
 
 namespace tp {
 namespace {
@@ -274,31 +278,6 @@ std::vector<std::string_view> split_entries(std::string_view text, bool bracket_
 
 }  // namespace
 
-std::size_t memory_budget::resolve(std::size_t total_bytes) const noexcept {
-  if (const auto* bytes = std::get_if<std::size_t>(&value)) return *bytes;
-  const double scaled = std::floor(std::get<double>(value) * static_cast<double>(total_bytes));
-  if (!(scaled > 0)) return 0;
-  if (scaled >= static_cast<double>(total_bytes)) return total_bytes;
-  return static_cast<std::size_t>(scaled);
-}
-
-std::size_t memory_budget::resolve_for_device(std::size_t total_bytes, std::string_view device_name) const {
-  const std::size_t bytes = resolve(total_bytes);
-  const std::string shown = is_ratio() ? fmt::format("{} ({})", format_ratio_exact(std::get<double>(value)),
-                                                     format_bytes(bytes))
-                                       : format_bytes(bytes);
-  if (bytes > total_bytes) {
-    throw config_error(fmt::format("tensorpager: budget {} is more than the {} of {}; choose at most {} "
-                                   "(or a ratio such as 0.9)",
-                                   shown, format_bytes(total_bytes), device_name, format_bytes(total_bytes)));
-  }
-  if (bytes == 0) {
-    throw config_error(fmt::format("tensorpager: budget {} is 0 bytes on {} ({}); choose a larger ratio or a size",
-                                   shown, device_name, format_bytes(total_bytes)));
-  }
-  return bytes;
-}
-
 std::vector<std::string_view> inert_settings(const config& /*cfg*/) {
   // Every key is acted on in this version; a key added before the code that
   // uses it is listed here until then.
@@ -355,71 +334,6 @@ config parse_config(std::string_view text, std::string_view source) {
   return c;
 }
 
-std::string to_string(const config& c) {
-  const config defaults;
-  std::vector<std::string> out;
-  auto add = [&out](std::string_view key, std::string_view value) {
-    out.push_back(fmt::format("{}:{}", key, value));
-  };
-  auto add_path = [&add](std::string_view key, const std::string& path) {
-    if (path.empty()) return;
-    if (path.find(',') != std::string::npos || trim(path) != path) {
-      throw config_error(fmt::format("{} '{}' cannot be written as configuration text: it holds "
-                                     "',' or leading/trailing blanks",
-                                     key, path));
-    }
-    add(key, path);
-  };
-
-  if (c.backend != defaults.backend) add("backend", to_string(c.backend));
-  if (c.budget) {
-    if (c.budget->is_ratio()) {
-      const double r = std::get<double>(c.budget->value);
-      if (!(r > 0.0 && r <= 1.0)) {
-        throw config_error(fmt::format("budget ratio {} is outside (0, 1]", r));
-      }
-      add("budget", format_ratio_exact(r));
-    } else {
-      const std::size_t bytes = std::get<std::size_t>(c.budget->value);
-      if (bytes == 0) throw config_error("budget of 0 bytes cannot be written; use none");
-      add("budget", format_size_exact(bytes));
-    }
-  }
-  if (c.host_budget) {
-    if (*c.host_budget == 0) throw config_error("host_budget of 0 bytes cannot be written");
-    add("host_budget", format_size_exact(*c.host_budget));
-  }
-  if (c.host_fallback != defaults.host_fallback) add("host_fallback", to_string(c.host_fallback));
-  if (c.max_split_size) {
-    if (*c.max_split_size < min_max_split_size) {
-      throw config_error(fmt::format("max_split_size {} is below the minimum of {}",
-                                     *c.max_split_size, format_size_exact(min_max_split_size)));
-    }
-    add("max_split_size", format_size_exact(*c.max_split_size));
-  }
-  if (c.policy != defaults.policy) add("policy", to_string(c.policy));
-  add_path("timeline", c.timeline);
-  if (c.timeline_events != defaults.timeline_events) {
-    if (c.timeline_events == 0) throw config_error("timeline_events of 0 cannot be written; it must be > 0");
-    add("timeline_events", std::to_string(c.timeline_events));
-  }
-  add_path("record_trace", c.record_trace);
-  if (c.device != defaults.device) add("device", to_string(c.device));
-  if (c.sim_capacity != defaults.sim_capacity) {
-    if (c.sim_capacity == 0) throw config_error("sim_capacity of 0 bytes cannot be written");
-    add("sim_capacity", format_size_exact(c.sim_capacity));
-  }
-  if (!c.compress.empty()) {
-    const std::string problem = compress_spec_problem(c.compress);
-    if (!problem.empty() || c.compress.find(',') != std::string::npos) {
-      throw config_error(fmt::format("compress '{}' cannot be written as configuration text: {}", c.compress,
-                                     problem.empty() ? std::string("it holds ','") : problem));
-    }
-    add("compress", normalize_compress_spec(c.compress));
-  }
-  return fmt::format("{}", fmt::join(out, ","));
-}
-
 split_conf split_alloc_conf(std::string_view conf) {
   std::vector<std::string_view> ours;
   std::vector<std::string_view> theirs;
@@ -440,17 +354,6 @@ split_conf split_alloc_conf(std::string_view conf) {
     }
   }
   return {fmt::format("{}", fmt::join(ours, ",")), fmt::format("{}", fmt::join(theirs, ","))};
-}
-
-std::string config_keys_markdown() {
-  std::string out = "| key | kind | accepted | default | description |\n|---|---|---|---|---|\n";
-  for (const auto& k : key_table) {
-    out += fmt::format("| `{}` | {} | {} | {} | {} |\n", k.name, k.kind, k.accepted,
-                       k.default_value.empty() ? std::string("(empty)")
-                                               : fmt::format("`{}`", k.default_value),
-                       k.description);
-  }
-  return out;
 }
 
 std::string_view to_string(backend_kind v) noexcept { return name_of(backend_choices, v); }
