@@ -174,9 +174,9 @@ void caching_allocator::set_reclaimer(reclaimer* r) {
   reclaimer_ = r;
 }
 
-void caching_allocator::set_observer(allocator_observer* o) {
+void caching_allocator::set_trace(allocator_trace* t) {
   std::lock_guard lock(mutex_);
-  observer_ = o;
+  trace_ = t;
 }
 
 std::size_t caching_allocator::allocation_size(const void* ptr) const {

@@ -32,7 +32,7 @@
 #include <utility>
 #include <vector>
 
-#include "allocator/allocator_observer.hpp"
+#include "allocator/allocator_trace.hpp"
 #include "allocator/block.hpp"
 #include "allocator/memory_stats.hpp"
 #include "allocator/reclaimer.hpp"
@@ -95,9 +95,10 @@ class caching_allocator {
   /// Registers the reclaimer of Note [Reclaim] (nullptr: none). Not owned.
   void set_reclaimer(reclaimer* r);
 
-  /// Registers the observer of Note [Allocator events] (nullptr: none). Not
-  /// owned; unregister it before destroying it.
-  void set_observer(allocator_observer* o);
+  /// Makes the allocator record its events into `t` (Note [Allocator
+  /// trace]; nullptr: stop). Not owned; detach it before destroying it. Once
+  /// this returns, no record is on its way into the previous trace.
+  void set_trace(allocator_trace* t);
 
   /// The size of the block behind an allocated pointer, or 0 if unknown.
   std::size_t allocation_size(const void* ptr) const;
@@ -138,11 +139,25 @@ class caching_allocator {
                               bool larger_than_device);
   detail::block_pool& pool_of(pool_kind p) { return p == pool_kind::small ? small_blocks_ : large_blocks_; }
   event_id take_event();
-  void notify(allocator_event_kind kind, const detail::block* b, std::size_t bytes, std::size_t detail = 0) {
-    if (observer_ != nullptr) emit(kind, b, bytes, detail);
+  /// Records an event when a trace is attached (Note [Allocator trace]):
+  /// inline, since it runs inside every allocate and free.
+  void notify(allocator_event_kind kind, const detail::block* b, std::size_t bytes, std::size_t detail = 0,
+              stream_id stream = default_stream) noexcept {
+    if (trace_ == nullptr) return;
+    allocator_record* r = trace_->claim();
+    if (r == nullptr) return;
+    r->time = trace_->stamp();
+    r->address = b != nullptr ? b->address : 0;
+    r->bytes = bytes;
+    r->detail = detail;
+    r->allocated_bytes = stats_.allocated_bytes.all().current;
+    r->reserved_bytes = stats_.reserved_bytes.all().current;
+    r->stream = to_underlying(b != nullptr ? b->stream : stream);
+    r->context = kind == allocator_event_kind::alloc ? trace_->context() : 0;
+    r->kind = kind;
+    r->pool = b != nullptr ? b->pool : pool_kind::small;
+    trace_->publish(r);
   }
-  void emit(allocator_event_kind kind, const detail::block* b, std::size_t bytes, std::size_t detail,
-            stream_id stream = default_stream);
 
   device& device_;
   const std::size_t max_split_size_;
@@ -151,7 +166,7 @@ class caching_allocator {
   mutable std::mutex mutex_;
   std::optional<std::size_t> budget_;
   reclaimer* reclaimer_ = nullptr;
-  allocator_observer* observer_ = nullptr;
+  allocator_trace* trace_ = nullptr;
   detail::block_pool small_blocks_;
   detail::block_pool large_blocks_;
   std::unordered_map<std::uintptr_t, detail::block*> allocated_;

@@ -34,26 +34,8 @@ void caching_allocator::throw_oom(std::size_t bytes, stream_id stream, std::size
   f.reclaimed = reclaimed;
   if (reclaimer_ != nullptr) f.reclaimer_account = reclaimer_->describe();
   f.larger_than_device = larger_than_device;
-  if (observer_ != nullptr) emit(allocator_event_kind::oom, nullptr, bytes, 0, stream);
+  notify(allocator_event_kind::oom, nullptr, bytes, 0, stream);
   throw out_of_memory(format_oom_message(f));
-}
-
-void caching_allocator::emit(allocator_event_kind kind, const block* b, std::size_t bytes, std::size_t detail,
-                             stream_id stream) {
-  allocator_event e;
-  e.kind = kind;
-  e.stream = stream;
-  if (b != nullptr) {
-    e.pool = b->pool;
-    e.stream = b->stream;
-    e.address = b->address;
-  }
-  e.bytes = bytes;
-  e.detail = detail;
-  e.allocated_bytes = stats_.allocated_bytes.all().current;
-  e.reserved_bytes = stats_.reserved_bytes.all().current;
-  e.active_bytes = stats_.active_bytes.all().current;
-  observer_->on_event(e);
 }
 
 const char* to_string(allocator_event_kind k) {

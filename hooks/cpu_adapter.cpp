@@ -176,17 +176,17 @@ void cpu_adapter::reset_peaks() { allocator_.reset_peak_stats(); }
 void cpu_adapter::attach_event_log(profiler::event_log* log) {
   std::lock_guard lock(recorder_mutex_);
   if (log == nullptr) {
-    allocator_.set_observer(nullptr);
-    recorder_.reset();  // safe: set_observer() returned, so no event is on its way in
+    allocator_.set_trace(nullptr);  // once it returns no record is on its way in
+    recorder_ = nullptr;             // the log keeps it, and its records
     return;
   }
   // Note [Recording start] in profiler_glue.cpp.
-  auto recorder = std::make_unique<profiler::allocator_recorder>(*log, 0);
+  profiler::allocator_recorder& recorder = log->open_allocator_recorder(0);
   log->set_device_name(0, device_description());
   const std::optional<std::size_t> budget = allocator_.budget();
   log->add_initial({0, allocator_.snapshot(), budget ? static_cast<std::int64_t>(*budget) : -1});
-  allocator_.set_observer(recorder.get());
-  recorder_ = std::move(recorder);
+  allocator_.set_trace(&recorder);
+  recorder_ = &recorder;
 }
 
 }  // namespace tp::hooks

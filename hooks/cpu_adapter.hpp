@@ -106,7 +106,7 @@ class cpu_adapter final : public c10::Allocator,
   pinned_host_pool host_pool_;  // where the runtime swaps tensors out to
   c10::Allocator* previous_ = nullptr;  // set while installed
   std::mutex recorder_mutex_;           // serialises attach_event_log()
-  std::unique_ptr<profiler::allocator_recorder> recorder_;  // observes allocator_ while recording
+  profiler::allocator_recorder* recorder_ = nullptr;  // allocator_'s trace while recording; the log owns it
 };
 
 }  // namespace tp::hooks

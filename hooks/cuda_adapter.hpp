@@ -162,7 +162,7 @@ class cuda_adapter final : public c10::cuda::CUDACachingAllocator::CUDAAllocator
     std::unique_ptr<cuda_device> device;
     std::unique_ptr<caching_allocator> allocator;
     std::size_t total_bytes = 0;
-    std::unique_ptr<profiler::allocator_recorder> recorder;  // while a timeline records
+    profiler::allocator_recorder* recorder = nullptr;  // while a timeline records; the log owns it
     std::unique_ptr<pinned_host_pool> host;  // for the runtime; created by runtime_resources_now()
   };
 

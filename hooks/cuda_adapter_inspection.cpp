@@ -249,18 +249,18 @@ void cuda_adapter::attach_event_log(profiler::event_log* log) {
 void cuda_adapter::attach_recorder(std::size_t i) {
   device_state& state = *states_[i];
   if (event_log_ == nullptr) {
-    state.allocator->set_observer(nullptr);
-    state.recorder.reset();  // safe: set_observer() returned, so no event is on its way in
+    state.allocator->set_trace(nullptr);  // once it returns no record is on its way in
+    state.recorder = nullptr;              // the log keeps it, and its records
     return;
   }
   // Note [Recording start] in profiler_glue.cpp.
   const auto device = static_cast<std::int16_t>(i);
-  auto recorder = std::make_unique<profiler::allocator_recorder>(*event_log_, device);
+  profiler::allocator_recorder& recorder = event_log_->open_allocator_recorder(device);
   event_log_->set_device_name(device, "cuda:" + std::to_string(i) + ", " + state.device->name());
   const std::optional<std::size_t> budget = state.allocator->budget();
   event_log_->add_initial({device, state.allocator->snapshot(), budget ? static_cast<std::int64_t>(*budget) : -1});
-  state.allocator->set_observer(recorder.get());
-  state.recorder = std::move(recorder);
+  state.allocator->set_trace(&recorder);
+  state.recorder = &recorder;
 }
 
 }  // namespace tp::hooks

@@ -3,6 +3,9 @@
 namespace tp::profiler {
 namespace {
 
+static_assert(sizeof(allocator_record) <= sizeof(event) && alignof(allocator_record) <= alignof(event),
+              "allocator records live in chunks sized for events");
+
 event_kind kind_of(allocator_event_kind k) noexcept {
   switch (k) {
     case allocator_event_kind::alloc: return event_kind::alloc;
@@ -13,41 +16,79 @@ event_kind kind_of(allocator_event_kind k) noexcept {
     case allocator_event_kind::oom: return event_kind::oom;
     case allocator_event_kind::budget_change: return event_kind::budget_change;
     case allocator_event_kind::reclaim: return event_kind::reclaim;
-    case allocator_event_kind::free: return event_kind::free_requested;  // Note [Folded frees]
+    case allocator_event_kind::free: return event_kind::free_requested;  // expanded below
   }
   return event_kind::alloc;
 }
 
 }  // namespace
 
-allocator_recorder::allocator_recorder(event_log& log, std::int16_t device)
-    : writer_(log.open_writer(/*stamp_ticks=*/true)), device_(device) {}
+allocator_recorder::allocator_recorder(event_log& log, std::int16_t device, const tp::clock* clock) noexcept
+    : allocator_trace(clock, &log.context_), log_(log), device_(device), ticks_(clock == nullptr) {}
 
-void allocator_recorder::on_event(const allocator_event& e) noexcept {
-  // Filled in place: this runs inside every allocation (Note [Event clock]).
-  event* ev = writer_.claim();
-  if (ev == nullptr) return;
-  const event_log& log = writer_.log();
-  ev->t_ns = writer_.stamp();  // ticks, converted by snapshot()
-  ev->stream = to_underlying(e.stream);
-  ev->address = e.address;
-  ev->bytes = e.bytes;
-  ev->id = 0;
-  ev->detail = e.kind == allocator_event_kind::free ? folded_free : static_cast<std::int64_t>(e.detail);
-  ev->allocated_bytes = e.allocated_bytes;
-  ev->reserved_bytes = e.reserved_bytes;
-  ev->host_bytes = -1;
-  ev->kind = kind_of(e.kind);
-  ev->device = device_;
-  if (e.kind == allocator_event_kind::alloc) {
-    const alloc_context c = log.context();
-    ev->category = c.category;
-    ev->label = c.label;
-  } else {
-    ev->category = category::unknown;
-    ev->label = 0;
+allocator_record* allocator_recorder::next_chunk() noexcept {
+  if (!full_) {
+    const event_log::chunk c = log_.take_chunk(chunks_);
+    if (c.data != nullptr) {
+      auto* first = static_cast<allocator_record*>(c.data);
+      start_chunk(first, first + c.size);
+      return first;
+    }
+    full_ = true;
   }
-  writer_.publish();
+  dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  return nullptr;
+}
+
+// take_chunk() adds a chunk to chunks_ before start_chunk() makes it
+// current, so the current chunk, the one published_end() points into, is
+// the last or the one before it; every chunk before the current one is
+// full, and none after it has a record.
+template <typename F>
+void allocator_recorder::for_each_published(F&& f) const {
+  const allocator_record* end = published_end();
+  if (end == nullptr) return;  // no chunk started: nothing published
+  const std::size_t n = chunks_.size();  // >= 1: start_chunk() ran
+  const auto first_of = [&](std::size_t i) { return static_cast<const allocator_record*>(chunks_[i].data); };
+  const auto holds = [&](std::size_t i) { return end >= first_of(i) && end <= first_of(i) + chunks_[i].size; };
+  // The current chunk; where end is both the last's start and the one
+  // before's end, either reading gives the same records.
+  const std::size_t current = holds(n - 1) || n == 1 ? n - 1 : n - 2;
+  for (std::size_t i = 0; i < current; ++i) f(first_of(i), chunks_[i].size);
+  f(first_of(current), static_cast<std::size_t>(end - first_of(current)));
+}
+
+std::size_t allocator_recorder::size() const noexcept {
+  std::size_t n = 0;
+  for_each_published([&](const allocator_record*, std::size_t count) { n += count; });
+  return n;
+}
+
+void allocator_recorder::append_events(std::vector<event>& out, const tsc_clock* tsc) const {
+  for_each_published([&](const allocator_record* first, std::size_t count) {
+    for (const allocator_record* r = first; r != first + count; ++r) {
+      event e;
+      e.t_ns = ticks_ && tsc != nullptr ? tsc->ns_of(r->time) : static_cast<std::int64_t>(r->time);
+      e.stream = r->stream;
+      e.address = r->address;
+      e.bytes = r->bytes;
+      e.detail = static_cast<std::int64_t>(r->detail);
+      e.allocated_bytes = r->allocated_bytes;
+      e.reserved_bytes = r->reserved_bytes;
+      e.kind = kind_of(r->kind);
+      e.device = device_;
+      if (r->kind == allocator_event_kind::alloc) {
+        const alloc_context c = unpack_context(r->context);
+        e.category = c.category;
+        e.label = c.label;
+      }
+      out.push_back(e);
+      if (r->kind == allocator_event_kind::free) {  // Note [Folded frees]
+        e.kind = event_kind::free_completed;
+        out.push_back(e);
+      }
+    }
+  });
 }
 
 }  // namespace tp::profiler

@@ -23,7 +23,7 @@ std::size_t mapped_bytes(std::size_t events) {
 }
 
 /// Note [Chunk memory]: a 2 MiB-aligned, populated mapping.
-event* map_chunk(std::size_t events) noexcept {
+void* map_chunk(std::size_t events) noexcept {
   const std::size_t bytes = mapped_bytes(events);
 #if defined(__linux__)
   void* raw = mmap(nullptr, bytes + huge_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -37,12 +37,12 @@ event* map_chunk(std::size_t events) noexcept {
   void* p = reinterpret_cast<void*>(aligned);
   madvise(p, bytes, MADV_HUGEPAGE);
 #ifdef MADV_POPULATE_WRITE
-  if (madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return static_cast<event*>(p);
+  if (madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return p;
 #endif
   for (std::size_t off = 0; off < bytes; off += 4096) static_cast<volatile char*>(p)[off] = 0;
-  return static_cast<event*>(p);
+  return p;
 #else
-  return static_cast<event*>(::operator new(bytes, std::align_val_t{alignof(event)}, std::nothrow));
+  return (::operator new(bytes, std::align_val_t{alignof(event)}, std::nothrow));
 #endif
 }
 
@@ -60,10 +60,10 @@ chunk_source::~chunk_source() {
   }
   wake_.notify_all();
   if (filler_.joinable()) filler_.join();
-  for (event* c : ready_) release(c, chunk_events_);
+  for (void* c : ready_) release(c, chunk_events_);
 }
 
-void chunk_source::release(event* chunk, std::size_t events) noexcept {
+void chunk_source::release(void* chunk, std::size_t events) noexcept {
 #if defined(__linux__)
   munmap(chunk, mapped_bytes(events));
 #else
@@ -72,11 +72,11 @@ void chunk_source::release(event* chunk, std::size_t events) noexcept {
 #endif
 }
 
-event* chunk_source::take(std::size_t events) noexcept {
+void* chunk_source::take(std::size_t events) noexcept {
   {
     std::lock_guard lock(mutex_);
     if (events == chunk_events_ && !ready_.empty()) {
-      event* c = ready_.back();
+      void* c = ready_.back();
       ready_.pop_back();
       wake_.notify_one();
       return c;
@@ -93,7 +93,7 @@ void chunk_source::fill() {
     if (stop_) return;
     ++promised_;
     lock.unlock();
-    event* c = map_chunk(chunk_events_);
+    void* c = map_chunk(chunk_events_);
     lock.lock();
     if (c == nullptr) {
       --promised_;

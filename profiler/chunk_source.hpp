@@ -42,12 +42,14 @@ class chunk_source {
   chunk_source(const chunk_source&) = delete;
   chunk_source& operator=(const chunk_source&) = delete;
 
-  /// A populated chunk for `events` (<= chunk_events) events, or nullptr
-  /// when the host is out of memory. Never throws or waits for the filler.
-  event* take(std::size_t events) noexcept;
+  /// A populated chunk with room for `events` (<= chunk_events) events, or
+  /// as many of a smaller record (an allocator_record), aligned for an
+  /// event; nullptr when the host is out of memory. Never throws or waits
+  /// for the filler.
+  void* take(std::size_t events) noexcept;
 
   /// Returns a chunk of `events` events from take().
-  static void release(event* chunk, std::size_t events) noexcept;
+  static void release(void* chunk, std::size_t events) noexcept;
 
  private:
   void fill();
@@ -55,7 +57,7 @@ class chunk_source {
   const std::size_t chunk_events_;
   std::mutex mutex_;  // guards the members below
   std::condition_variable wake_;
-  std::vector<event*> ready_;
+  std::vector<void*> ready_;
   std::size_t promised_ = 0;  // chunks taken or ready, toward limit_
   const std::size_t limit_;
   const std::size_t spares_;

@@ -6,23 +6,16 @@
 #include <utility>
 
 #include "core/errors.hpp"
+#include "profiler/allocator_recorder.hpp"
 
 namespace tp::profiler {
-namespace {
-
-std::uint64_t pack(alloc_context c) noexcept {
-  return static_cast<std::uint64_t>(c.category) | (static_cast<std::uint64_t>(c.label) << 8);
-}
-
-}  // namespace
-
 bool event_log::writer::next_chunk() noexcept {
   if (!full_) {
-    const auto [chunk, room] = log_.take_chunk(*this);
-    if (chunk != nullptr) {
-      current_ = chunk;
+    const chunk c = log_.take_chunk(chunks_);
+    if (c.data != nullptr) {
+      current_ = static_cast<event*>(c.data);
       used_ = 0;
-      room_ = room;
+      room_ = c.size;
       return true;
     }
     full_ = true;
@@ -53,32 +46,32 @@ event_log::event_log(const tp::clock& clock, options opts)
 }
 
 event_log::~event_log() {
-  for (const auto& [p, n] : allocations_) chunk_source::release(p, n);
+  for (const chunk& c : allocations_) chunk_source::release(c.data, c.size);
 }
 
-std::pair<event*, std::size_t> event_log::take_chunk(writer& w) noexcept {
+event_log::chunk event_log::take_chunk(std::vector<chunk>& owner) noexcept {
   std::size_t reserved = reserved_.load(std::memory_order_relaxed);
   std::size_t n = 0;
   do {
-    if (reserved >= opts_.max_events) return {nullptr, 0};
+    if (reserved >= opts_.max_events) return {};
     n = std::min(opts_.chunk_events, opts_.max_events - reserved);
   } while (!reserved_.compare_exchange_weak(reserved, reserved + n, std::memory_order_relaxed));
-  event* chunk = chunks_.take(n);
-  if (chunk == nullptr) return {nullptr, 0};  // out of host memory: drop rather than fail the allocator
+  const chunk c{chunks_.take(n), n};
+  if (c.data == nullptr) return {};  // out of host memory: drop rather than fail the allocator
   try {
     std::lock_guard lock(mutex_);
-    allocations_.emplace_back(chunk, n);
+    allocations_.push_back(c);
     try {
-      w.chunks_.emplace_back(chunk, n);
+      owner.push_back(c);
     } catch (...) {
       allocations_.pop_back();
       throw;
     }
   } catch (...) {
-    chunk_source::release(chunk, n);
-    return {nullptr, 0};
+    chunk_source::release(c.data, c.size);
+    return {};
   }
-  return {chunk, n};
+  return c;
 }
 
 void event_log::record(event e) noexcept {
@@ -93,10 +86,18 @@ void event_log::record_at(const event& e) noexcept {
   shared_->append(e);
 }
 
-event_log::writer& event_log::open_writer(bool stamp_ticks) {
+event_log::writer& event_log::open_writer() {
   std::lock_guard lock(mutex_);
-  writers_.push_back(std::unique_ptr<writer>(new writer(*this, stamp_ticks && tsc_ != nullptr)));
+  writers_.push_back(std::unique_ptr<writer>(new writer(*this)));
   return *writers_.back();
+}
+
+allocator_recorder& event_log::open_allocator_recorder(std::int16_t device) {
+  // Ticks when the clock is the counter's, converted by snapshot(); else ns.
+  auto r = std::unique_ptr<allocator_recorder>(new allocator_recorder(*this, device, tsc_ != nullptr ? nullptr : &clock_));
+  std::lock_guard lock(mutex_);
+  recorders_.push_back(std::move(r));
+  return *recorders_.back();
 }
 
 label_id event_log::intern(std::string_view text) {
@@ -112,10 +113,7 @@ label_id event_log::intern(std::string_view text) {
 
 void event_log::set_context(alloc_context c) noexcept { context_.store(pack(c), std::memory_order_relaxed); }
 
-alloc_context event_log::context() const noexcept {
-  const std::uint64_t v = context_.load(std::memory_order_relaxed);
-  return {static_cast<category>(v & 0xff), static_cast<label_id>(v >> 8)};
-}
+alloc_context event_log::context() const noexcept { return unpack_context(context_.load(std::memory_order_relaxed)); }
 
 void event_log::add_initial(initial_device_state initial) {
   std::lock_guard lock(mutex_);
@@ -140,6 +138,7 @@ std::size_t event_log::size() const noexcept {
   std::lock_guard lock(mutex_);
   std::size_t n = 0;
   for (const auto& w : writers_) n += w->published_.load(std::memory_order_acquire);
+  for (const auto& r : recorders_) n += r->size();
   return n;
 }
 
@@ -147,6 +146,7 @@ std::uint64_t event_log::dropped() const noexcept {
   std::lock_guard lock(mutex_);
   std::uint64_t n = 0;
   for (const auto& w : writers_) n += w->dropped_.load(std::memory_order_relaxed);
+  for (const auto& r : recorders_) n += r->dropped();
   return n;
 }
 
@@ -157,23 +157,20 @@ timeline event_log::snapshot() const {
   for (const auto& w : writers_) {
     std::size_t left = w->published_.load(std::memory_order_acquire);
     t.dropped += w->dropped_.load(std::memory_order_relaxed);
-    for (const auto& [chunk, room] : w->chunks_) {
+    for (const chunk& c : w->chunks_) {
       if (left == 0) break;
-      const std::size_t n = std::min(left, room);
-      for (const event* e = chunk; e != chunk + n; ++e) {
-        t.events.push_back(*e);
-        if (w->raw_ticks_) t.events.back().t_ns = tsc_->ns_of(static_cast<std::uint64_t>(e->t_ns));
-        if (e->kind == event_kind::free_requested && e->detail == folded_free) {
-          t.events.back().detail = 0;
-          t.events.push_back(t.events.back());
-          t.events.back().kind = event_kind::free_completed;
-        }
-      }
+      const std::size_t n = std::min(left, c.size);
+      const auto* first = static_cast<const event*>(c.data);
+      t.events.insert(t.events.end(), first, first + n);
       left -= n;
     }
   }
-  // Each writer's events are already in time order; stable_sort merges them
-  // and keeps ties in writer order.
+  for (const auto& r : recorders_) {
+    r->append_events(t.events, tsc_);
+    t.dropped += r->dropped();
+  }
+  // Each writer's and recorder's events are already in time order;
+  // stable_sort merges them and keeps ties in writer order.
   std::stable_sort(t.events.begin(), t.events.end(),
                    [](const event& a, const event& b) { return a.t_ns < b.t_ns; });
   t.labels = labels_;

@@ -15,23 +15,24 @@
 //
 // Note [Single-producer writers]
 // Appending costs no lock and no atomic read-modify-write: each writer is a
-// stream of events with exactly one producer at a time. The allocator's
-// events come with the allocator's lock held (Note [Allocator events]), so
-// one writer per allocator needs nothing more; record(), the entry point for
-// the runtime and for any thread, serialises on a mutex of its own. A writer
-// publishes each event with a release store of its count; snapshot() reads
-// the counts with acquire loads, so it may run while writers append and sees
-// every event published before it read the count. Writers take a mutex only
-// to add a chunk (every chunk_events events).
+// stream of events with exactly one producer at a time. record(), the entry
+// point for the runtime and for any thread, serialises on a mutex of its own
+// in front of one shared writer. A writer publishes each event with a release
+// store of its count; snapshot() reads the counts with acquire loads, so it
+// may run while writers append and sees every event published before it
+// read the count. Writers take a mutex only to add a chunk (every
+// chunk_events events). An allocator does not go through a writer: it
+// writes its own records into an allocator_recorder (Note [Allocator trace]
+// in allocator/allocator_trace.hpp), which takes chunks from the log the
+// same way and under the same cap.
 //
 // Note [Folded frees]
-// Most frees complete at once, and the allocator then sends one `free` event
+// Most frees complete at once, and the allocator then records one `free`
 // instead of free_requested + free_completed (Note [Allocator events]): a
-// third fewer events on the fast path. The recorder stores it as a
-// free_requested whose detail is folded_free, and snapshot() expands that
-// into the two events memory_viz and the replay expect, at the same time and
-// with the same totals. A timeline therefore never holds a folded event;
-// the log costs one record per free, the snapshot two.
+// third fewer records on the fast path. snapshot() expands it into the two
+// events memory_viz and the replay expect, at the same time and with the
+// same totals. A timeline therefore never holds a folded event; the log
+// costs one record per free, the snapshot two.
 //
 // Note [Labels]
 // A label names what memory was taken for: a module ("features.0 (Conv2d)"),
@@ -57,10 +58,6 @@
 
 namespace tp::profiler {
 
-/// event::detail of a free_requested in the log that stands for
-/// free_completed too (Note [Folded frees]).
-inline constexpr std::int64_t folded_free = 1;
-
 struct event_log_options {
   /// The most events the log keeps (Note [Bounded log]); at 80 bytes each
   /// the default, 1 Mi events, caps the log at 80 MiB. Must be > 0.
@@ -80,6 +77,17 @@ struct alloc_context {
   label_id label = 0;
 };
 
+/// alloc_context as the one word an allocator_record carries (and back).
+/// Pure.
+constexpr std::uint64_t pack(alloc_context c) noexcept {
+  return static_cast<std::uint64_t>(c.category) | (static_cast<std::uint64_t>(c.label) << 8);
+}
+constexpr alloc_context unpack_context(std::uint64_t word) noexcept {
+  return {static_cast<category>(word & 0xff), static_cast<label_id>(word >> 8)};
+}
+
+class allocator_recorder;  // profiler/allocator_recorder.hpp
+
 /// The event log. Thread-safety: every member may be called from any thread,
 /// except that one writer must not be used by two threads at once (Note
 /// [Single-producer writers]). Lifetime: the clock must outlive the log;
@@ -87,6 +95,12 @@ struct alloc_context {
 class event_log {
  public:
   using options = event_log_options;
+
+  /// Memory for `size` events (or as many allocator records) from take_chunk().
+  struct chunk {
+    void* data = nullptr;
+    std::size_t size = 0;
+  };
 
   /// One single-producer stream of events; see Note [Single-producer writers].
   class writer {
@@ -119,29 +133,21 @@ class event_log {
       published_.store(published_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     }
     event_log& log() const { return log_; }
-    /// What to put in event::t_ns now: the log's time in ns or, for a writer
-    /// opened with raw ticks, the time-stamp counter itself, which
-    /// snapshot() converts (Note [Event clock]: the conversion is a third of
-    /// a recorded event's cost, so it is taken off the allocator's path).
-    std::int64_t stamp() const noexcept {
-      return raw_ticks_ ? static_cast<std::int64_t>(tsc_clock::read_ticks()) : log_.now_ns();
-    }
 
    private:
     friend class event_log;
     static constexpr std::size_t prefetch_distance = 8;  // events: 640 bytes
-    writer(event_log& log, bool raw_ticks) : log_(log), raw_ticks_(raw_ticks) {}
+    explicit writer(event_log& log) : log_(log) {}
     /// Makes room for one more event; false (the event counted as dropped)
     /// when the log is full.
     bool next_chunk() noexcept;
 
     event_log& log_;
-    const bool raw_ticks_;       // t_ns holds counter ticks until snapshot()
     event* current_ = nullptr;   // the chunk being filled
     std::size_t used_ = 0;       // events in current_
     std::size_t room_ = 0;       // capacity of current_
     bool full_ = false;          // the log refused a chunk: drop from now on
-    std::vector<std::pair<event*, std::size_t>> chunks_;  // guarded by log_.mutex_
+    std::vector<chunk> chunks_;  // guarded by log_.mutex_
     std::atomic<std::size_t> published_{0};
     std::atomic<std::uint64_t> dropped_{0};
   };
@@ -162,12 +168,13 @@ class event_log {
   /// As record(), keeping e.t_ns (events replayed from a trace, tests).
   void record_at(const event& e) noexcept;
 
-  /// A new writer, owned by the log, for one producer (an allocator's
-  /// recorder). With stamp_ticks, events whose t_ns came from
-  /// writer::stamp() are taken as counter ticks when the log's clock is a
-  /// tsc_clock, and converted by snapshot(); otherwise t_ns is ns as given.
-  /// Throws std::bad_alloc.
-  writer& open_writer(bool stamp_ticks = false);
+  /// A new writer, owned by the log, for one producer. Throws
+  /// std::bad_alloc.
+  writer& open_writer();
+  /// A new recorder for the allocator of `device`, owned by the log (its
+  /// records stay in snapshot() after the allocator lets go of it): attach it
+  /// with caching_allocator::set_trace(). Throws std::bad_alloc.
+  allocator_recorder& open_allocator_recorder(std::int16_t device);
 
   /// The id of text, adding it on first use (Note [Labels]). Throws
   /// std::bad_alloc.
@@ -185,9 +192,9 @@ class event_log {
   /// Names devices for the exporters (timeline::device_names).
   void set_device_name(std::int16_t device, std::string name);
 
-  /// Events stored so far and turned away so far, over every writer. A
-  /// folded free counts once here and twice in snapshot() (Note [Folded
-  /// frees]); the cap counts stored events.
+  /// Events stored so far and turned away so far, over every writer and
+  /// recorder. A folded free counts once here and twice in snapshot() (Note
+  /// [Folded frees]); the cap counts stored events.
   std::size_t size() const noexcept;
   std::uint64_t dropped() const noexcept;
   std::size_t max_events() const noexcept { return opts_.max_events; }
@@ -198,9 +205,11 @@ class event_log {
   timeline snapshot() const;
 
  private:
-  /// A chunk of up to chunk_events for w, or {nullptr, 0} when the log is
-  /// full. Takes mutex_.
-  std::pair<event*, std::size_t> take_chunk(writer& w) noexcept;
+  friend class allocator_recorder;
+  /// A chunk of up to chunk_events, added to `owner` (a writer's or a
+  /// recorder's chunk list), or an empty chunk when the log is full or the
+  /// host out of memory. Takes mutex_.
+  chunk take_chunk(std::vector<chunk>& owner) noexcept;
 
   const tp::clock& clock_;
   const tsc_clock* const tsc_;  // clock_, when it is one
@@ -209,9 +218,10 @@ class event_log {
   std::atomic<std::size_t> reserved_{0};  // events promised to chunks so far
   std::atomic<std::uint64_t> context_{0};
 
-  mutable std::mutex mutex_;  // guards writers_, every writer's chunks_, labels, initial_, names_
+  mutable std::mutex mutex_;  // guards writers_, recorders_, their chunks_, labels, initial_, names_
   std::vector<std::unique_ptr<writer>> writers_;
-  std::vector<std::pair<event*, std::size_t>> allocations_;  // every chunk, to free
+  std::vector<std::unique_ptr<allocator_recorder>> recorders_;
+  std::vector<chunk> allocations_;  // every chunk, to free
   std::vector<std::string> labels_{std::string()};
   std::unordered_map<std::string, label_id> label_ids_;
   std::vector<initial_device_state> initial_;

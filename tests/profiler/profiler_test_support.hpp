@@ -25,10 +25,10 @@ struct recorded_rig {
       : dev(device_options(capacity), clk),
         alloc(dev),
         log(clk, log_options(max_events)),
-        recorder(log, 0) {
-    alloc.set_observer(&recorder);
+        recorder(log.open_allocator_recorder(0)) {
+    alloc.set_trace(&recorder);
   }
-  ~recorded_rig() { alloc.set_observer(nullptr); }
+  ~recorded_rig() { alloc.set_trace(nullptr); }
   recorded_rig(const recorded_rig&) = delete;
   recorded_rig& operator=(const recorded_rig&) = delete;
 
@@ -50,7 +50,7 @@ struct recorded_rig {
   simulated_device dev;
   caching_allocator alloc;
   event_log log;
-  allocator_recorder recorder;
+  allocator_recorder& recorder;  // owned by log
 };
 
 /// A runtime event as the runtime will record it (Note [Event fields]).

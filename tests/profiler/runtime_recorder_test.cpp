@@ -26,16 +26,16 @@ using tp::testing::runtime_rig;
 /// rig's manual clock.
 struct recorded_runtime {
   explicit recorded_runtime(policy_kind policy = policy_kind::hybrid)
-      : rig({.latency_ns = 1000}), log(rig.clk), alloc_rec(log, 0), rt_rec(log, 0) {
+      : rig({.latency_ns = 1000}), log(rig.clk), alloc_rec(log.open_allocator_recorder(0)), rt_rec(log, 0) {
     memory_runtime::options o;
     o.policy = policy;
     rt = std::make_unique<memory_runtime>(rig.dev, rig.alloc, rig.host, rig.clk, o);
-    rig.alloc.set_observer(&alloc_rec);
+    rig.alloc.set_trace(&alloc_rec);
     rt->set_observer(&rt_rec);
   }
   ~recorded_runtime() {
     rt->set_observer(nullptr);
-    rig.alloc.set_observer(nullptr);
+    rig.alloc.set_trace(nullptr);
   }
   std::vector<event> runtime_events() const {
     std::vector<event> out;
@@ -46,7 +46,7 @@ struct recorded_runtime {
   }
   runtime_rig rig;
   event_log log;
-  allocator_recorder alloc_rec;
+  allocator_recorder& alloc_rec;  // owned by log
   runtime_recorder rt_rec;
   std::unique_ptr<memory_runtime> rt;
 };

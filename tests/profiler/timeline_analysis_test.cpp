@@ -64,16 +64,15 @@ TEST(TimelineAnalysis, CategoriesFollowTheContextAndTags) {
 
 TEST(TimelineAnalysis, BlocksAllocatedBeforeRecordingAreUnknownButCounted) {
   recorded_rig rig;
-  rig.alloc.set_observer(nullptr);
+  rig.alloc.set_trace(nullptr);
   void* early = rig.alloc.allocate(4 * MiB);
   event_log log(rig.clk);
   log.add_initial(initial_device_state{0, rig.alloc.snapshot(), -1});
-  allocator_recorder rec(log, 0);
-  rig.alloc.set_observer(&rec);
+  rig.alloc.set_trace(&log.open_allocator_recorder(0));
   log.set_context({category::activation, 0});
   void* late = rig.alloc.allocate(1 * MiB);
   rig.alloc.deallocate(early);
-  rig.alloc.set_observer(nullptr);
+  rig.alloc.set_trace(nullptr);
   const timeline_analysis a = analyze(log.snapshot());
   const device_analysis& d = a.devices.at(0);
   EXPECT_EQ(d.totals.at_peak[0], static_cast<std::int64_t>(4 * MiB));  // unknown
@@ -81,7 +80,7 @@ TEST(TimelineAnalysis, BlocksAllocatedBeforeRecordingAreUnknownButCounted) {
   EXPECT_EQ(d.samples.back().allocated, static_cast<std::int64_t>(1 * MiB));
   EXPECT_EQ(d.samples.back().by_category[0], 0);
   rig.alloc.deallocate(late);
-  rig.alloc.set_observer(&rig.recorder);
+  rig.alloc.set_trace(&rig.recorder);
 }
 
 TEST(TimelineAnalysis, RuntimeTotalsMatchBeginsToEnds) {
