@@ -17,9 +17,36 @@ namespace tp::hooks {
 namespace {
 
 /// A saved tensor as Python's pack hook returns it.
+///
+/// Note [In-place changes to saved tensors]
+/// Autograd checks at unpack that a saved tensor was not changed in place
+/// since it was saved, and raises otherwise; but with saved-tensor hooks it
+/// checks nothing (it holds only what the pack hook returned), so training
+/// under tp.budget would compute gradients from the changed data where
+/// PyTorch alone raises. The handle therefore keeps the tensor's version
+/// counter (shared by every view of it; keeping it holds no memory) and the
+/// version at pack, and unpack() raises autograd's error when they differ.
+/// The same holds for a segment's inputs, held as handles for its replay
+/// (python/tensorpager/_runtime.py): a replay from changed inputs would
+/// recompute wrong activations, so it raises instead.
 struct py_saved_tensor {
   saved_view view;
   bool fresh = false;  ///< this pack started managing the storage
+  std::optional<c10::VariableVersion> version;  ///< the tensor's counter, where it has one
+  std::uint32_t saved_version = 0;
+
+  at::Tensor unpack() const {
+    if (version && version->current_version() != saved_version) {
+      TORCH_CHECK(false,
+                  "one of the variables needed for gradient computation has been modified by an inplace "
+                  "operation: [",
+                  c10::toString(view.dtype), " ", c10::IntArrayRef(view.sizes), "] is at version ",
+                  version->current_version(), "; expected version ", saved_version,
+                  " instead. tensorpager saved it under tp.budget and, like autograd without hooks, "
+                  "refuses to compute gradients from changed data (clone it before changing it in place)");
+    }
+    return with_c10_errors([&] { return view.materialize(); });
+  }
 };
 
 /// A Python callable that may be released on a thread without the GIL (a
@@ -60,8 +87,9 @@ std::optional<policy_kind> policy_from(const std::optional<std::string>& name) {
 void register_runtime(py::module_& m) {
   py::class_<py_saved_tensor, std::shared_ptr<py_saved_tensor>>(m, "SavedTensor",
                                                                "A saved tensor under the budget runtime.")
-      .def("unpack", [](const py_saved_tensor& s) { return with_c10_errors([&] { return s.view.materialize(); }); },
-           "The tensor, its storage made resident (a use the runtime records).")
+      .def("unpack", &py_saved_tensor::unpack,
+           "The tensor, its storage made resident (a use the runtime records). Raises RuntimeError when the "
+           "tensor was changed in place since it was packed (Note [In-place changes to saved tensors]).")
       .def(
           "set_recompute",
           [](py_saved_tensor& s, py::object fn, std::int64_t cost_ns) {
@@ -119,6 +147,10 @@ void register_runtime(py::module_& m) {
         auto s = std::make_shared<py_saved_tensor>();
         s->view = std::move(*view);
         s->fresh = fresh;
+        if (const c10::VariableVersion& v = t.unsafeGetTensorImpl()->version_counter(); v.enabled()) {
+          s->version = v;
+          s->saved_version = v.current_version();
+        }
         return py::cast(std::move(s));
       },
       py::arg("tensor"), "The tensor's storage under the active budget, or None when it is not manageable.");

@@ -138,10 +138,11 @@ class _Segment:
             return None
 
         tracker.suspended += 1
+        held: list = []  # buffers to put back (_swap_buffers)
         try:
             args = tree_map(restore, self.args)
             kwargs = tree_map(restore, self.kwargs)
-            buffers = [(b, b.detach().clone()) for b in self.module.buffers()]
+            self._swap_buffers(held)
             devices = list(range(len(self.cuda_rng))) if self.cuda_rng is not None else []
             with torch.random.fork_rng(devices=devices):
                 torch.set_rng_state(self.rng)
@@ -150,9 +151,6 @@ class _Segment:
                 with torch.enable_grad(), _autocast(self.autocast), \
                         torch.autograd.graph.saved_tensors_hooks(capture, lambda _: None):
                     out = self.module(*args, **kwargs)
-            with torch.no_grad():
-                for b, saved in buffers:  # a replay must not count twice in running statistics
-                    b.copy_(saved)
             if kind == "saved":
                 if not captured:
                     raise RuntimeError(
@@ -166,7 +164,28 @@ class _Segment:
             del out, captured, args, kwargs
             return result
         finally:
+            for owner, name, b in held:
+                owner._buffers[name] = b
             tracker.suspended -= 1
+
+    def _swap_buffers(self, held: list) -> None:
+        """Gives every module of the segment clones of its buffers for the replay.
+
+        A replay must not count twice in running statistics, and must not
+        change the buffers in place even to put them back: their versions
+        would move, and autograd saves some of them (batch norm's running
+        statistics), so their unpack would raise (Note [In-place changes to
+        saved tensors] in hooks/runtime/runtime_bindings.cpp). Appends each
+        (module, name, buffer) to `held` as it swaps, for the caller to put
+        back.
+        """
+        clones: dict[int, Any] = {}  # one clone per buffer shared between modules
+        for owner in self.module.modules():
+            for name, b in owner._buffers.items():
+                if b is None:
+                    continue
+                held.append((owner, name, b))
+                owner._buffers[name] = clones.setdefault(id(b), b.detach().clone())
 
 
 class _HeldInput:

@@ -61,7 +61,9 @@ MODELS = {"resnet": small_resnet, "transformer": small_transformer, "mlp": mlp_d
 
 def train(name: str, ratio: float | None, policy: str | None) -> dict:
     """STEPS SGD steps from the same weights, data and RNG; returns the losses,
-    gradients (as float hex) and what the runtime did."""
+    gradients and buffers after the last step (batch norm's running
+    statistics: a recompute must not count twice in them), as float hex, and
+    what the runtime did."""
     import tensorpager as tp
 
     torch.manual_seed(0)
@@ -90,7 +92,8 @@ def train(name: str, ratio: float | None, policy: str | None) -> dict:
         if scope is not None:
             scope.__exit__(None, None, None)
     runtime = {k.rsplit(".", 1)[1]: v for k, v in tp.stats().items() if k.startswith("tensorpager.runtime.")}
-    return {"model": name, "ratio": ratio, "policy": policy, "losses": losses, "grads": grads,
+    buffers = [float(v).hex() for b in model.buffers() for v in b.flatten().tolist()]
+    return {"model": name, "ratio": ratio, "policy": policy, "losses": losses, "grads": grads, "buffers": buffers,
             "budget": budget, "peak_after_first": max(peaks[1:]), "runtime": runtime}
 
 

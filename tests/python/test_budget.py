@@ -33,6 +33,7 @@ def _check(ref: dict, runs: list[dict], *, forced: str) -> None:
         assert "oom" not in r, f"{where}: {r.get('oom')}"
         assert r["losses"] == ref["losses"], where
         assert r["grads"] == ref["grads"], where
+        assert r["buffers"] == ref["buffers"], where
         # The allocator enforces the budget on reserved bytes, with no slack.
         assert r["budget"] is not None and r["peak_after_first"] <= r["budget"], where
         rt = r["runtime"]
@@ -96,6 +97,45 @@ def test_budget_api_errors_and_stats() -> None:
         assert s["tensorpager.runtime.active"] == 0 and s["tensorpager.runtime.tracked"] == 0, s
         """
     )
+
+
+@requires_ext
+def test_in_place_change_to_a_saved_tensor_raises_like_autograd() -> None:
+    # With saved-tensor hooks autograd checks no versions; the runtime's
+    # handles do, so a budget does not turn autograd's error into silently
+    # wrong gradients (Note [In-place changes to saved tensors]).
+    proc = run_python("""
+import torch, tensorpager as tp
+tp.install(device="cpu")
+x = torch.randn(64, 64, requires_grad=True)
+def attempt(managed):
+    scope = tp.budget("64MiB") if managed else None
+    if scope: scope.__enter__()
+    try:
+        y = torch.relu(x @ x)
+        z = (y * y).sum()  # saves y
+        y.add_(1)
+        try:
+            z.backward()
+            return "no error"
+        except RuntimeError as e:
+            return str(e)
+    finally:
+        if scope: scope.__exit__(None, None, None)
+plain, managed = attempt(False), attempt(True)
+print("PLAIN", plain)
+print("MANAGED", managed)
+w = torch.relu(x @ x)
+with tp.budget("64MiB"):
+    v = (w * w).sum()
+    v.backward()  # unchanged: no error
+print("UNCHANGED OK")
+""")
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+    assert "modified by an inplace operation" in lines["PLAIN"]
+    assert "modified by an inplace operation" in lines["MANAGED"], lines["MANAGED"]
+    assert "expected version 0" in lines["MANAGED"]
+    assert "UNCHANGED" in lines
 
 
 @requires_ext
