@@ -197,6 +197,10 @@ void memory_runtime::step() {
   recorder_.begin_step(clock_.now_ns());
   by_ordinal_.clear();
   ++stats_.steps;
+  // Note [Proactive offload under pressure]
+  const std::uint64_t pressure = stats_.reclaims + stats_.proactive_offloads;
+  proactive_armed_ = pressure != pressure_mark_;
+  pressure_mark_ = pressure;
   notify_locked(runtime_event_kind::step, nullptr, static_cast<std::int64_t>(stats_.steps) - 1);
   plan_locked();
   publish_summary_locked();

@@ -184,6 +184,9 @@ class memory_runtime final : public reclaimer {
   std::mt19937_64 rng_;
   std::uint64_t next_id_ = 1;
   bool speculative_ = false;  // Note [Prefetch never evicts]
+  // Note [Proactive offload under pressure]
+  bool proactive_armed_ = false;
+  std::uint64_t pressure_mark_ = 0;  // reclaims + proactive offloads when this step began
   bool said_host_full_ = false;
   runtime_observer* observer_ = nullptr;
   runtime_stats stats_;

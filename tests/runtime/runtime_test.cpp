@@ -295,6 +295,51 @@ TEST(AccessRecorder, RecordsOneStepAndFindsNextUses) {
   EXPECT_EQ(prev->duration_ns, 1000);
 }
 
+/// Four steps of eight 4 MiB tensors (tracked in order, used in reverse,
+/// untracked), with a budget of `ratio` of the first step's peak reserved
+/// bytes from the second step on; the runtime's counters after them.
+runtime_stats run_steps_under(double ratio) {
+  runtime_rig rig;
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, {});
+  for (int s = 0; s < 4; ++s) {
+    if (s == 1) {
+      const auto peak = static_cast<double>(rig.alloc.stats().reserved_bytes.all().peak);
+      rig.alloc.set_budget(static_cast<std::size_t>(ratio * peak));
+    }
+    std::vector<std::unique_ptr<fake_binding>> bs;
+    std::vector<tensor_id> ids;
+    for (int i = 0; i < 8; ++i) {
+      bs.push_back(std::make_unique<fake_binding>(rig, 4 * MiB, std::uint64_t(100 * s + i)));
+      ids.push_back(rt.track(*bs.back(), bs.back()->bytes(), rig.compute, 0));
+      rig.clk.advance(1000);
+    }
+    for (int i = 7; i >= 0; --i) {
+      rt.access(ids[std::size_t(i)]);
+      EXPECT_TRUE(bs[std::size_t(i)]->verify());
+      rig.clk.advance(1000);
+    }
+    for (tensor_id id : ids) rt.untrack(id);
+    rt.step();
+  }
+  return rt.stats();
+}
+
+TEST(Runtime, ProactiveOffloadStaysOffWhileTheStepsFit) {
+  // At the first step's peak the cached blocks keep reserved at the budget,
+  // so the prediction (reserved + the recorded growth) would start copies
+  // although nothing has to move (Note [Proactive offload under pressure]).
+  const runtime_stats st = run_steps_under(1.0);
+  EXPECT_EQ(st.reclaims, 0u);
+  EXPECT_EQ(st.proactive_offloads, 0u);
+  EXPECT_EQ(st.offloads, 0u);
+}
+
+TEST(Runtime, ProactiveOffloadArmsUnderPressure) {
+  const runtime_stats st = run_steps_under(0.5);
+  EXPECT_GT(st.reclaims, 0u);
+  EXPECT_GT(st.proactive_offloads, 0u);
+}
+
 TEST(Runtime, PrefetchAheadFollowsTheRecordedStepAndDistanceAdapts) {
   runtime_rig rig({.latency_ns = 1000});
   memory_runtime::options o;
