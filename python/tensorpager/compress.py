@@ -51,7 +51,9 @@ A tensor that autograd saves for backward is compressed when all of these hold:
      that the method makes smaller (bf16 leaves 16-bit tensors alone);
   5. for pool2: the module is an ``nn.Conv2d`` and the tensor is its input
      (same storage, offset and shape); its other saved tensors stay exact.
-Everything else is saved as usual. Memory is saved only when the compressed
+Everything else is saved as usual: by the saved-tensor hooks that were active
+when the first selected module started (Note [Compress inside other hooks]),
+or by autograd itself. Memory is saved only when the compressed
 tensor was otherwise held by autograd alone: a tensor the program still
 references, or one another op saves exactly (a ReLU's output, which the next
 convolution also saves), keeps its full storage, and compressing it adds the
@@ -60,6 +62,20 @@ the allocator's peak, not only ``stats()``. Under autocast, the low-precision
 copies autocast makes of weights are activations by these rules (and autocast
 caches them, so compressing them saves nothing): prefer pool2 or class
 selectors that exclude such layers there.
+
+Note [Compress inside other hooks]
+While a selected module runs, compress's hooks are the innermost ones, so an
+enclosing ``tp.budget`` or ``save_on_cpu`` would never see that module's saved
+tensors. So when compress pushes its hooks it keeps the pair that was on top,
+and every tensor it leaves exact goes to that pair's pack hook (and comes back
+through its unpack hook): under ``tp.budget`` those tensors are managed
+(evicted, swapped, recomputed) like any other. A segment's replay counts the
+same saves as its first run, since compress makes the same decisions both
+times. Compressed tensors stay with compress: they are already small, and the
+budget's allocator counts their bytes. Storages are compared by the address
+of their StorageImpl (``_C.storage_key``), never through
+``t.untyped_storage()``, whose Python object would become a second owner of
+the storage and make it unevictable.
 
 Importing this module imports torch and loads ``tensorpager._C``.
 """
@@ -156,9 +172,17 @@ def _method_of(rules: list[tuple[Selector, str]], name: str | None, module: nn.M
     return method
 
 
+def _storage_key(t: torch.Tensor) -> int | None:
+    """The address of t's StorageImpl, or None. Not ``untyped_storage()``: the
+    Python storage object it makes stays tied to the storage, and a storage
+    with a second owner is one tp.budget can never evict (Note [Compress
+    inside other hooks])."""
+    return _C.storage_key(t)
+
+
 def _storages(module: nn.Module) -> frozenset[int]:
     return frozenset(
-        t.untyped_storage().data_ptr() for t in chain(module.parameters(), module.buffers()) if t.numel() > 0
+        k for t in chain(module.parameters(), module.buffers()) if t.numel() > 0 and (k := _storage_key(t)) is not None
     )
 
 
@@ -175,8 +199,9 @@ class Compression:
 
     Tensors packed inside the block are restored by backward even after the
     block has ended. While a selected module runs, these saved-tensor hooks
-    are the innermost ones: an enclosing ``saved_tensors_hooks`` (such as
-    ``save_on_cpu``) does not see that module's saved tensors. Thread-safety:
+    are the innermost ones; the tensors they leave exact go to the enclosing
+    ``saved_tensors_hooks`` (``tp.budget``, ``save_on_cpu``), and the
+    compressed ones stay here (Note [Compress inside other hooks]). Thread-safety:
     each thread's forward is handled separately; enter and exit on one thread.
     """
 
@@ -228,8 +253,8 @@ class Compression:
     def _note_inputs(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         flat = chain.from_iterable(a.values() if isinstance(a, dict) else a if isinstance(a, (list, tuple)) else (a,)
                                    for a in args)
-        self._caller = frozenset(t.untyped_storage().data_ptr() for t in flat
-                                 if isinstance(t, torch.Tensor) and t.layout == torch.strided)
+        self._caller = frozenset(k for t in flat if isinstance(t, torch.Tensor) and t.layout == torch.strided
+                                 and (k := _storage_key(t)) is not None)
 
     def _pre_hook(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         method = self._selected.get(id(module)) if self.model is not None else _method_of(self.rules, None, module)
@@ -239,7 +264,10 @@ class Compression:
         conv_input = args[0] if method == "pool2" and args and isinstance(args[0], torch.Tensor) else None
         frames = _frames()
         if not frames:
-            # Saved tensors reach _pack only while a selected module runs.
+            # Saved tensors reach _pack only while a selected module runs; what
+            # it leaves exact goes to the hooks below (Note [Compress inside
+            # other hooks]).
+            _local.outer = torch._C._autograd._top_saved_tensors_default_hooks(False)
             torch._C._autograd._push_saved_tensors_default_hooks(_pack, _unpack)
         frames.append((module, method, conv_input, params, self._caller, self.min_bytes))
 
@@ -249,6 +277,7 @@ class Compression:
             frames.pop()
             if not frames:
                 torch._C._autograd._pop_saved_tensors_default_hooks()
+                _local.outer = None
 
 
 def _frames() -> list[tuple[nn.Module, str, torch.Tensor | None, frozenset[int], frozenset[int], int]]:
@@ -258,30 +287,49 @@ def _frames() -> list[tuple[nn.Module, str, torch.Tensor | None, frozenset[int],
     return frames
 
 
-def _skip(reason: str, t: torch.Tensor) -> torch.Tensor:
+class _Outer:
+    """A saved tensor compress left exact, as the enclosing pack hook packed it
+    (Note [Compress inside other hooks])."""
+
+    __slots__ = ("packed", "unpack")
+
+    def __init__(self, packed: Any, unpack: Any) -> None:
+        self.packed = packed
+        self.unpack = unpack
+
+
+def _exact(t: torch.Tensor) -> Any:
+    """t saved as it would be without compress: by the enclosing hooks, if any."""
+    outer = getattr(_local, "outer", None)
+    if outer is None:
+        return t
+    pack, unpack = outer
+    return _Outer(pack(t), unpack)
+
+
+def _skip(reason: str, t: torch.Tensor) -> Any:
     _skipped[reason] = _skipped.get(reason, 0) + 1
-    return t
+    return _exact(t)
 
 
 def _pack(t: torch.Tensor) -> Any:
     frames = _frames()
     if not frames:
-        return t
+        return _exact(t)
     _, method, conv_input, params, caller, min_bytes = frames[-1]
     if method == "none":
-        return t
+        return _exact(t)
     if t.layout != torch.strided:
         return _skip("unsupported", t)
-    try:
-        storage = t.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):  # tensor subclasses without plain storage
+    storage = _storage_key(t)
+    if storage is None:  # tensor subclasses without plain storage
         return _skip("unsupported", t)
     if storage in params or isinstance(t, nn.Parameter) or (t.is_leaf and t.requires_grad):
         return _skip("parameter", t)
     if storage in caller:
         return _skip("input", t)
     if method == "pool2" and not (
-        conv_input is not None and storage == conv_input.untyped_storage().data_ptr()
+        conv_input is not None and storage == _storage_key(conv_input)
         and t.storage_offset() == conv_input.storage_offset() and t.shape == conv_input.shape
     ):
         return _skip("not_conv_input", t)
@@ -319,7 +367,11 @@ def _packed_cache() -> dict[int, tuple[Any, int, str, Any]]:
 
 
 def _unpack(packed: Any) -> torch.Tensor:
-    return packed if isinstance(packed, torch.Tensor) else packed.restore()
+    if isinstance(packed, torch.Tensor):
+        return packed
+    if isinstance(packed, _Outer):
+        return packed.unpack(packed.packed)
+    return packed.restore()
 
 
 def stats() -> dict[str, int]:

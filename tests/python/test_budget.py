@@ -139,6 +139,79 @@ print("UNCHANGED OK")
 
 
 @requires_ext
+def test_tensors_compress_leaves_exact_are_managed_by_the_budget() -> None:
+    # Note [Compress inside other hooks] in python/tensorpager/compress.py:
+    # inside tp.compress the budget still sees every tensor compress does not
+    # compress (here all of them: none is large enough), and gradients stay
+    # those of the unmanaged run. recompute=False: no segment inputs are held,
+    # so what the runtime tracks is what the pack hooks gave it.
+    proc = run_python("""
+import torch, tensorpager as tp
+from torch import nn
+tp.install(device="cpu", host_budget="1MiB")  # evictions recompute
+torch.set_num_threads(1)
+torch.manual_seed(0)
+model = nn.Sequential(*[m for _ in range(3) for m in (nn.Linear(256, 256), nn.ReLU())], nn.Linear(256, 10))
+x, y = torch.randn(512, 256), torch.randint(0, 10, (512,))
+def grads_and_tracked(managed, compressed):
+    model.zero_grad()
+    scope = tp.budget("1GiB", policy="lru", recompute=False) if managed else None
+    if scope: scope.__enter__()
+    try:
+        if compressed:
+            with tp.compress("bf16", model=model, min_bytes=1 << 40):
+                loss = nn.functional.cross_entropy(model(x), y)
+        else:
+            loss = nn.functional.cross_entropy(model(x), y)
+        tracked = tp.stats().get("tensorpager.runtime.tracked", 0) if managed else 0
+        loss.backward()
+        return [p.grad.clone() for p in model.parameters()], tracked
+    finally:
+        if scope: scope.__exit__(None, None, None)
+ref, _ = grads_and_tracked(False, False)
+plain, tracked_plain = grads_and_tracked(True, False)
+comp, tracked_comp = grads_and_tracked(True, True)
+print("IDENTICAL", all(torch.equal(a, b) for a, b in zip(ref, comp)) and all(torch.equal(a, b) for a, b in zip(ref, plain)))
+print("TRACKED", tracked_plain, tracked_comp)
+
+# Training at 0.6 of the peak, compress selecting the segments themselves:
+# their tensors must stay evictable (compress once made a Python storage
+# object for each, a second owner that made every one of them unevictable,
+# and this ran out of memory) and recompute to the same gradients.
+def train(managed):
+    torch.manual_seed(0)
+    net = nn.Sequential(*[nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Dropout(0.1)) for _ in range(4)],
+                        nn.Linear(256, 10))
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    torch.manual_seed(1)
+    data, target = torch.randn(4096, 256), torch.randint(0, 10, (4096,))
+    scope = tp.budget(0.6, policy="lru") if managed else None
+    if scope: scope.__enter__()
+    try:
+        out = []
+        for _ in range(3):
+            opt.zero_grad()
+            with tp.compress("Sequential=bf16", model=net, min_bytes=1 << 40):
+                loss = nn.functional.cross_entropy(net(data), target)
+            loss.backward()
+            out.append([p.grad.clone() for p in net.parameters()])
+            opt.step()
+        return out
+    finally:
+        if scope: scope.__exit__(None, None, None)
+ref, got = train(False), train(True)
+print("TRAINED", all(torch.equal(a, b) for ga, gb in zip(ref, got) for a, b in zip(ga, gb)),
+      tp.stats()["tensorpager.runtime.recomputes"])
+""")
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+    assert lines["IDENTICAL"] == "True"
+    plain, compressed = (int(v) for v in lines["TRACKED"].split())
+    assert plain > 0 and compressed == plain, lines["TRACKED"]
+    identical, recomputes = lines["TRAINED"].split()
+    assert identical == "True" and int(recomputes) > 0, lines["TRAINED"]
+
+
+@requires_ext
 def test_budget_too_small_is_out_of_memory_and_loses_nothing() -> None:
     proc = run_python(
         """

@@ -190,6 +190,48 @@ def test_a_tensor_saved_twice_is_packed_once(tp, packed_tensors) -> None:
     assert s["tensorpager.compress.live_bytes"] == live_before  # freed with the graph
 
 
+def test_tensors_left_exact_go_to_the_enclosing_hooks(tp, packed_tensors) -> None:
+    # Note [Compress inside other hooks]: what compress does not compress
+    # reaches an enclosing saved_tensors_hooks (tp.budget, save_on_cpu) and
+    # comes back through it; the compressed ones stay with compress.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64))
+    x = torch.randn(32, 64)
+    model(x).square().sum().backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+
+    outer: list[int] = []
+
+    def pack(t: torch.Tensor) -> tuple[str, torch.Tensor]:
+        outer.append(t.numel())
+        return ("outer", t)
+
+    def unpack(packed: tuple[str, torch.Tensor]) -> torch.Tensor:
+        assert packed[0] == "outer"
+        return packed[1]
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        with tp.compress("bf16", model=model, min_bytes=1 << 40):  # selects every module, all too small
+            y = model(x)
+    y.square().sum().backward()
+    assert len(outer) >= 4, outer  # the Linears' inputs and weights, the ReLU's output
+    assert not packed_tensors
+    assert all(torch.equal(p.grad, e) for p, e in zip(model.parameters(), expected))
+
+    model.zero_grad()
+    outer.clear()
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        with tp.compress("ReLU=bf16", model=model, min_bytes=0):
+            y = model(x)
+    y.square().sum().backward()
+    # The ReLU's output is compressed; the Linears, not selected, save to the
+    # enclosing hooks as they always did.
+    assert [m for m, _ in packed_tensors] == ["bf16"]
+    assert 32 * 64 in outer  # the input, saved by the first Linear
+    assert all(p.grad is not None for p in model.parameters())
+
+
 def test_without_a_model_classes_are_selected_everywhere_until_exit(tp, packed_tensors) -> None:
     model = nn.Sequential(nn.Linear(64, 256), nn.Tanh(), nn.Linear(256, 64))
     with tp.compress("Tanh=bf16"):
