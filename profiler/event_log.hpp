@@ -113,15 +113,17 @@ class event_log {
         publish();
       }
     }
-    /// The slot for the next event, to fill in place and then publish(); or
-    /// nullptr when the log is full (the event is counted as dropped). The
-    /// allocator's recorder writes its events this way, saving a copy on the
-    /// fast path. Requires: the slot is filled completely (it may hold an
-    /// older event's bytes), and publish() follows before the next claim().
+    event_log& log() const { return log_; }
+
+   private:
+    friend class event_log;
+    static constexpr std::size_t prefetch_distance = 8;  // events: 640 bytes
+    /// The slot for the next event, or nullptr when the log is full (the
+    /// event is counted as dropped).
     event* claim() noexcept {
       if (used_ == room_ && !next_chunk()) return nullptr;
-      // Take ownership of the cache line a few events ahead now, so the
-      // allocator's next unlock does not wait for it to arrive.
+      // Take ownership of the cache line a few events ahead now, so a later
+      // store does not wait for it to arrive.
       __builtin_prefetch(current_ + used_ + prefetch_distance, 1, 3);
       return current_ + used_;
     }
@@ -132,11 +134,7 @@ class event_log {
       // event visible to snapshot() (Note [Single-producer writers]).
       published_.store(published_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     }
-    event_log& log() const { return log_; }
 
-   private:
-    friend class event_log;
-    static constexpr std::size_t prefetch_distance = 8;  // events: 640 bytes
     explicit writer(event_log& log) : log_(log) {}
     /// Makes room for one more event; false (the event counted as dropped)
     /// when the log is full.
