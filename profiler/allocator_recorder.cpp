@@ -50,7 +50,13 @@ void allocator_recorder::for_each_published(F&& f) const {
   if (end == nullptr) return;  // no chunk started: nothing published
   const std::size_t n = chunks_.size();  // >= 1: start_chunk() ran
   const auto first_of = [&](std::size_t i) { return static_cast<const allocator_record*>(chunks_[i].data); };
-  const auto holds = [&](std::size_t i) { return end >= first_of(i) && end <= first_of(i) + chunks_[i].size; };
+  // By address: the chunks are separate allocations, so the comparison goes
+  // through integers, where it is defined.
+  const auto holds = [&](std::size_t i) {
+    const auto at = reinterpret_cast<std::uintptr_t>(end);
+    const auto first = reinterpret_cast<std::uintptr_t>(first_of(i));
+    return at >= first && at <= first + chunks_[i].size * sizeof(allocator_record);
+  };
   // The current chunk; where end is both the last's start and the one
   // before's end, either reading gives the same records.
   const std::size_t current = holds(n - 1) || n == 1 ? n - 1 : n - 2;
