@@ -11,7 +11,7 @@
 
 #include "allocator/memory_stats.hpp"
 #include "allocator/snapshot.hpp"
-#include "hooks/config/config.hpp"
+#include "config/config.hpp"
 
 namespace tp::hooks {
 

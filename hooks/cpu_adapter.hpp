@@ -30,7 +30,7 @@
 #include "core/clock.hpp"
 #include "device/simulated_device.hpp"
 #include "hooks/allocator_control.hpp"
-#include "hooks/config/config.hpp"
+#include "config/config.hpp"
 #include "hooks/profiler_glue.hpp"
 #include "hooks/runtime_host.hpp"
 #include "profiler/allocator_recorder.hpp"

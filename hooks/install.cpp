@@ -10,7 +10,7 @@
 
 #include "allocator/memory_summary.hpp"
 #include "core/errors.hpp"
-#include "hooks/config/config.hpp"
+#include "config/config.hpp"
 #include "hooks/cpu_adapter.hpp"
 #include "hooks/installed_adapter.hpp"
 #include "hooks/runtime/budget_api.hpp"

@@ -5,7 +5,7 @@
 #include <c10/core/Allocator.h>
 
 #include "hooks/allocator_control.hpp"
-#include "hooks/config/config.hpp"
+#include "config/config.hpp"
 #include "hooks/runtime_host.hpp"
 
 namespace tp::hooks {

@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-#include "hooks/config/config.hpp"
+#include "config/config.hpp"
 #include "profiler/event_log.hpp"
 
 namespace tp {

@@ -30,7 +30,7 @@
 #include <pybind11/stl.h>
 
 #include "core/errors.hpp"
-#include "hooks/config/config.hpp"
+#include "config/config.hpp"
 #include "hooks/optim/optim_bindings.hpp"
 #include "hooks/profiler_glue.hpp"
 #include "hooks/runtime/runtime_bindings.hpp"

@@ -11,7 +11,7 @@
 //     the unconstrained replay. The dict holds sim_report's fields plus
 //     "unconstrained_peak_reserved" and "unconstrained_step_ns".
 //
-// Without nlohmann-json, profiler/sim is not built (no target tp_sim,
+// Without nlohmann-json, sim is not built (no target tp_sim,
 // TP_HAVE_SIM undefined) and register_sim() adds nothing: sim.py then says
 // the simulator is not built.
 //
@@ -31,11 +31,11 @@
 #include <vector>
 
 #include "core/errors.hpp"
-#include "profiler/sim/cli.hpp"
-#include "profiler/sim/dtr_import.hpp"
-#include "profiler/sim/simulator.hpp"
-#include "profiler/sim/sweep.hpp"
-#include "profiler/sim/trace_io.hpp"
+#include "sim/cli.hpp"
+#include "sim/dtr_import.hpp"
+#include "sim/simulator.hpp"
+#include "sim/sweep.hpp"
+#include "sim/trace_io.hpp"
 
 #endif
 

@@ -35,7 +35,7 @@ namespace tensorpager {
 /// configuration names (key `device`: `cuda`, the default, or `cpu`, a
 /// simulated device of `sim_capacity` bytes behind torch's CPU allocator).
 /// `conf` uses the grammar of PYTORCH_CUDA_ALLOC_CONF (Note [Configuration
-/// grammar] in hooks/config/config.hpp); when it is empty the environment
+/// grammar] in config/config.hpp); when it is empty the environment
 /// variable TENSORPAGER_CONF is read instead (unset: every default). A ratio
 /// budget ("0.6") is that share of the device's total memory.
 ///

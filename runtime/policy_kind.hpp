@@ -1,6 +1,6 @@
 #pragma once
 // Which eviction policy the runtime uses (DESIGN.md, "Policies"). Its own
-// header, with no dependencies, so that the configuration (hooks/config)
+// header, with no dependencies, so that the configuration (config)
 // names the same type without linking the runtime.
 
 namespace tp {

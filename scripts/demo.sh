@@ -14,8 +14,8 @@
 # Environment: DEMO_BUDGET / DEMO_SMALL_BUDGET override the two budgets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/build_env.sh
 bash scripts/install_deps.sh
+source scripts/build_env.sh  # after the install, which may bring torch
 
 echo "=== 1. allocation trace replayed on the simulated device ==="
 tp_configure build-demo -DTP_BUILD_TESTS=OFF

@@ -10,9 +10,10 @@
 # TP_FUZZ_OPS / TP_FUZZ_SEED (the randomised allocator test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/build_env.sh
-
 bash scripts/install_deps.sh
+# After the install: build_env.sh looks for torch, which a fresh machine gets
+# from install_deps.sh (sourced before it, the build would leave torch out).
+source scripts/build_env.sh
 
 step() { echo; echo "=== $* ==="; }
 
@@ -64,6 +65,7 @@ if [[ -d tests/python ]]; then
   fi
 
   step "Python tests"
-  PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" TENSORPAGER_EXT_DIR="$PWD/build/hooks" \
+  require_ext=0; [[ "$TP_CMAKE_SUMMARY" == torch:\ yes* ]] && require_ext=1
+  TP_REQUIRE_EXT=$require_ext PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" TENSORPAGER_EXT_DIR="$PWD/build/hooks" \
     build/venv/bin/python -m pytest tests/python -q -rs
 fi

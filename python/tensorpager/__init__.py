@@ -14,7 +14,7 @@ imports nothing heavy at import time: torch and the C++ extension
 ``tensorpager._C`` are loaded by the first call that needs them.
 
 Configuration keys, sizes and the grammar are described in the README and in
-``tensorpager._keys``; the C++ parser (``hooks/config/``) validates.
+``tensorpager._keys``; the C++ parser (``config/``) validates.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Configuration text: splitting, merging, and the start-up hook's surgery.
 
-Grammar (Note [Configuration grammar] in ``hooks/config/config.hpp``):
+Grammar (Note [Configuration grammar] in ``config/config.hpp``):
 ``key:value,key:value``. The C++ parser validates; this module only moves
 entries around, so it never judges a value. It must stay cheap: the start-up
 hook runs it in every interpreter before torch is imported.

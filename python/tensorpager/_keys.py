@@ -4,7 +4,7 @@ The start-up hook runs in every interpreter of the environment, before torch
 is imported, and has to tell tensorpager's keys from PyTorch's in
 ``PYTORCH_CUDA_ALLOC_CONF``. It must stay cheap, so it cannot ask ``_C``.
 This table is therefore a copy of the C++ one (``key_table`` in
-``hooks/config/config.cpp``); ``tests/python/test_keys.py`` checks that the
+``config/config.cpp``); ``tests/python/test_keys.py`` checks that the
 two agree, row by row, so a key added on one side and not the other fails CI.
 
 This module imports nothing.

@@ -1,6 +1,6 @@
 """Sizes and ratios as people write them, parsed as the C++ parser does.
 
-This mirrors ``hooks/config/parse_bytes.hpp`` (Note [Size grammar]) so that
+This mirrors ``config/parse_bytes.hpp`` (Note [Size grammar]) so that
 Python can check a size before it reaches C++ (``tp.set_budget("12GiB")``)
 and give the same answer the configuration parser would:
 

@@ -1,6 +1,6 @@
 """The trace-driven simulator from Python: ``python -m tensorpager.sim`` and the
 ``tp-sim`` console script run the same command line as the C++ ``tp-sim``
-(``profiler/sim/cli.hpp``); ``simulate()`` returns one run's report.
+(``sim/cli.hpp``); ``simulate()`` returns one run's report.
 
 Example::
 
@@ -30,7 +30,7 @@ def _ext():  # noqa: ANN202
     module = ext.load()
     if not hasattr(module, "sim_main"):
         raise ImportError(
-            "tensorpager._C was built without the simulator (profiler/sim needs nlohmann-json at build "
+            "tensorpager._C was built without the simulator (sim needs nlohmann-json at build "
             "time: install nlohmann-json3-dev and rebuild)"
         )
     return module

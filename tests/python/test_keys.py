@@ -1,4 +1,4 @@
-"""tensorpager._keys agrees with the C++ key table (hooks/config/config.cpp) row by row."""
+"""tensorpager._keys agrees with the C++ key table (config/config.cpp) row by row."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_cpp_table_parses() -> None:
 def test_python_keys_match_cpp_table() -> None:
     cpp = [(name, kind, default) for name, kind, _, default, _ in _cpp_key_table()]
     assert list(_keys.KEY_TABLE) == cpp, (
-        "python/tensorpager/_keys.py is out of date with hooks/config/config.cpp's key_table;"
+        "python/tensorpager/_keys.py is out of date with config/config.cpp's key_table;"
         " copy the (name, kind, default) of every row"
     )
 

@@ -1,4 +1,4 @@
-"""tensorpager._sizes follows Note [Size grammar]; the cases mirror tests/hooks/config_test.cpp."""
+"""tensorpager._sizes follows Note [Size grammar]; the cases mirror tests/config/config_test.cpp."""
 
 from __future__ import annotations
 

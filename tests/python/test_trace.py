@@ -12,14 +12,14 @@ from conftest import REPO, clean_env, extension_path, requires_ext, run_python
 
 
 def _simulator_built() -> bool:
-    """Whether _C has the simulator (profiler/sim is built only with nlohmann-json)."""
+    """Whether _C has the simulator (sim is built only with nlohmann-json)."""
     path = extension_path()
     return path is not None and b"sim_main" in Path(path).read_bytes()
 
 
 requires_sim = pytest.mark.skipif(
     not _simulator_built(),
-    reason="tensorpager._C was built without the simulator (profiler/sim needs nlohmann-json)",
+    reason="tensorpager._C was built without the simulator (sim needs nlohmann-json)",
 )
 
 # A small model trained one step on the CPU. The recorded step is the first

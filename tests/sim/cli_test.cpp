@@ -1,6 +1,6 @@
 // tp-sim's command line: a single run, a sweep with its plot, and bad input.
 
-#include "profiler/sim/cli.hpp"
+#include "sim/cli.hpp"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "profiler/sim/trace_io.hpp"
+#include "sim/trace_io.hpp"
 #include "synthetic_traces.hpp"
 
 namespace tp::sim {

@@ -1,16 +1,16 @@
 // DTR's operator logs: the importer's reference semantics on a small log, and
 // the two published traces replayed through the simulator.
 
-#include "profiler/sim/dtr_import.hpp"
+#include "sim/dtr_import.hpp"
 
 #include <gtest/gtest.h>
 
 #include <sstream>
 
 #include "core/errors.hpp"
-#include "profiler/sim/recompute_plan.hpp"
-#include "profiler/sim/simulator.hpp"
-#include "profiler/sim/sweep.hpp"
+#include "sim/recompute_plan.hpp"
+#include "sim/simulator.hpp"
+#include "sim/sweep.hpp"
 
 namespace tp::sim {
 namespace {

@@ -1,7 +1,7 @@
 // Note [Recomputable storages]: which storages a replay of their producer can
 // re-create.
 
-#include "profiler/sim/recompute_plan.hpp"
+#include "sim/recompute_plan.hpp"
 
 #include <gtest/gtest.h>
 

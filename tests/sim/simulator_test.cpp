@@ -1,6 +1,6 @@
 // The simulator on synthetic traces with known answers (issue 6, "Tests").
 
-#include "profiler/sim/simulator.hpp"
+#include "sim/simulator.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 
 #include "core/errors.hpp"
 
-#include "profiler/sim/sweep.hpp"
+#include "sim/sweep.hpp"
 #include "synthetic_traces.hpp"
 
 namespace tp::sim {

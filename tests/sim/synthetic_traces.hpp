@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "profiler/sim/trace.hpp"
+#include "sim/trace.hpp"
 
 namespace tp::sim::testing {
 

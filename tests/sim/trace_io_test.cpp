@@ -1,6 +1,6 @@
 // tensorpager's trace format: round trips and clear errors for bad lines.
 
-#include "profiler/sim/trace_io.hpp"
+#include "sim/trace_io.hpp"
 
 #include <gtest/gtest.h>
 

@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "profiler/sim/trace.hpp"
+#include "sim/trace.hpp"
 
 namespace tp::sim {
 

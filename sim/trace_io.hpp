@@ -5,7 +5,7 @@
 #include <iosfwd>
 #include <string>
 
-#include "profiler/sim/trace.hpp"
+#include "sim/trace.hpp"
 
 namespace tp::sim {
 

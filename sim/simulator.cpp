@@ -1,4 +1,4 @@
-#include "profiler/sim/simulator.hpp"
+#include "sim/simulator.hpp"
 
 #include <fmt/format.h>
 
@@ -14,8 +14,8 @@
 #include "core/clock.hpp"
 #include "core/errors.hpp"
 #include "device/simulated_device.hpp"
-#include "profiler/sim/contentless_device.hpp"
-#include "profiler/sim/recompute_plan.hpp"
+#include "sim/contentless_device.hpp"
+#include "sim/recompute_plan.hpp"
 #include "runtime/runtime.hpp"
 
 namespace tp::sim {

@@ -1,4 +1,4 @@
-#include "profiler/sim/sweep.hpp"
+#include "sim/sweep.hpp"
 
 #include <fmt/format.h>
 

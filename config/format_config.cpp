@@ -1,4 +1,4 @@
-#include "hooks/config/config.hpp"
+#include "config/config.hpp"
 
 #include <string>
 #include <string_view>
@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "core/errors.hpp"
-#include "hooks/config/compress_spec.hpp"
-#include "hooks/config/parse_bytes.hpp"
+#include "config/compress_spec.hpp"
+#include "config/parse_bytes.hpp"
 
 // Writing configuration out as text: a config as the grammar reads it back
 // (Note [Configuration grammar] in config.hpp), and the key table as Markdown.

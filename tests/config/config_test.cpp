@@ -1,4 +1,4 @@
-#include "hooks/config/config.hpp"
+#include "config/config.hpp"
 
 #include <random>
 #include <string>
@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "core/errors.hpp"
-#include "hooks/config/parse_bytes.hpp"
+#include "config/parse_bytes.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "hooks/config/config.hpp"
+#include "config/config.hpp"
 
 #include <cmath>
 #include <string>
@@ -8,7 +8,7 @@
 
 #include "core/errors.hpp"
 #include "core/format_bytes.hpp"
-#include "hooks/config/parse_bytes.hpp"
+#include "config/parse_bytes.hpp"
 
 // memory_budget (config.hpp): a budget as written, resolved against a device.
 

@@ -1,4 +1,4 @@
-#include "profiler/sim/dtr_import.hpp"
+#include "sim/dtr_import.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "profiler/sim/trace.hpp"
+#include "sim/trace.hpp"
 
 #include <fmt/format.h>
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "profiler/sim/cli.hpp"
+#include "sim/cli.hpp"
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);

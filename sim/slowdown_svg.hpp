@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "profiler/sim/sweep.hpp"
+#include "sim/sweep.hpp"
 
 namespace tp::sim {
 

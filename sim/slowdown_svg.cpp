@@ -1,4 +1,4 @@
-#include "profiler/sim/slowdown_svg.hpp"
+#include "sim/slowdown_svg.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "hooks/config/compress_spec.hpp"
+#include "config/compress_spec.hpp"
 
 #include <algorithm>
 #include <array>

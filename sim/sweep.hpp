@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "profiler/sim/simulator.hpp"
+#include "sim/simulator.hpp"
 
 namespace tp::sim {
 

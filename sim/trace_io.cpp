@@ -1,4 +1,4 @@
-#include "profiler/sim/trace_io.hpp"
+#include "sim/trace_io.hpp"
 
 #include <fmt/format.h>
 

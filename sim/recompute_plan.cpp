@@ -1,4 +1,4 @@
-#include "profiler/sim/recompute_plan.hpp"
+#include "sim/recompute_plan.hpp"
 
 #include <algorithm>
 

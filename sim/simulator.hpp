@@ -37,7 +37,7 @@
 #include <optional>
 #include <string>
 
-#include "profiler/sim/trace.hpp"
+#include "sim/trace.hpp"
 #include "runtime/eviction_policy.hpp"
 
 namespace tp::sim {

@@ -1,4 +1,4 @@
-#include "profiler/sim/contentless_device.hpp"
+#include "sim/contentless_device.hpp"
 
 #include <fmt/format.h>
 #include <sys/mman.h>

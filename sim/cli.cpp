@@ -1,4 +1,4 @@
-#include "profiler/sim/cli.hpp"
+#include "sim/cli.hpp"
 
 #include <fmt/format.h>
 
@@ -8,11 +8,11 @@
 #include <ostream>
 
 #include "core/errors.hpp"
-#include "hooks/config/parse_bytes.hpp"
-#include "profiler/sim/dtr_import.hpp"
-#include "profiler/sim/slowdown_svg.hpp"
-#include "profiler/sim/sweep.hpp"
-#include "profiler/sim/trace_io.hpp"
+#include "config/parse_bytes.hpp"
+#include "sim/dtr_import.hpp"
+#include "sim/slowdown_svg.hpp"
+#include "sim/sweep.hpp"
+#include "sim/trace_io.hpp"
 
 namespace tp::sim {
 namespace {

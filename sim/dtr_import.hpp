@@ -19,7 +19,7 @@
 #include <iosfwd>
 #include <string>
 
-#include "profiler/sim/trace.hpp"
+#include "sim/trace.hpp"
 
 namespace tp::sim {
 

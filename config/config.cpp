@@ -1,4 +1,4 @@
-#include "hooks/config/config.hpp"
+#include "config/config.hpp"
 
 #include <algorithm>
 #include <array>
@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "core/errors.hpp"
-#include "hooks/config/compress_spec.hpp"
-#include "hooks/config/parse_bytes.hpp"
+#include "config/compress_spec.hpp"
+#include "config/parse_bytes.hpp"
 
 // Reading configuration text: the key table and the choices' names,
 // parse_config and split_alloc_conf (Note [Configuration grammar] in

@@ -1,4 +1,4 @@
-#include "hooks/config/parse_bytes.hpp"
+#include "config/parse_bytes.hpp"
 
 #include <array>
 #include <cctype>
