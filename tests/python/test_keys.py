@@ -9,7 +9,7 @@ from conftest import REPO, requires_ext
 
 from tensorpager import _keys
 
-CONFIG_CPP = REPO / "hooks" / "config" / "config.cpp"
+CONFIG_CPP = REPO / "config" / "config.cpp"
 
 _STRING = r'"(?:[^"\\]|\\.)*"'
 
