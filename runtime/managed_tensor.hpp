@@ -68,6 +68,12 @@ class storage_binding {
   /// an eviction; a victim that says false stays resident for this reclaim.
   /// Cheap and noexcept.
   virtual bool can_release() const noexcept { return true; }
+  /// Whether recompute() would rebuild the bytes the storage holds now:
+  /// false once they were changed in place after the recompute was set up
+  /// (a replay rebuilds the values of one version only). Asked before a
+  /// drop; a tensor that says false is swapped, or stays, instead. Cheap and
+  /// noexcept.
+  virtual bool can_recompute() const noexcept { return true; }
 };
 
 /// The runtime's record of one tensor. Guarded by the runtime's lock.

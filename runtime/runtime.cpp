@@ -287,7 +287,7 @@ runtime_stats memory_runtime::stats_locked() const {
       case tensor_state::on_host: s.on_host_bytes += t->bytes; break;
       case tensor_state::dropped: s.dropped_bytes += t->bytes; break;
     }
-    if (t->in_candidates) s.evictable_bytes += t->bytes;
+    if (t->in_candidates) (t->binding->can_release() ? s.evictable_bytes : s.held_bytes) += t->bytes;
   }
   s.prefetch_distance = recorder_.prefetch_distance();
   return s;
@@ -299,15 +299,42 @@ void memory_runtime::publish_summary_locked() {
   summary_evictable_.store(s.evictable_bytes, std::memory_order_relaxed);
   summary_on_host_.store(s.on_host_bytes, std::memory_order_relaxed);
   summary_dropped_.store(s.dropped_bytes, std::memory_order_relaxed);
+  summary_held_.store(s.held_bytes, std::memory_order_relaxed);
 }
 
+// Note [Why a reclaim fell short]
+// An out-of-memory message that says "evictable 3.5 MiB" beside "reclaim
+// freed 0 B" leaves the reader guessing. So evictable counts only what
+// nothing else holds, what the program still holds is reported apart, and
+// the last reclaim keeps its account: what it was asked for, what it freed,
+// and the bytes of the victims it had to leave (held elsewhere, or neither
+// swappable, the pinned host pool being full, nor recomputable). What the
+// allocator could not use of the freed bytes (fragmentation) it says itself
+// (allocator/oom_report.cpp).
 std::string memory_runtime::describe() const {
-  const std::size_t tracked = summary_tracked_.load(std::memory_order_relaxed);
+  const auto load = [](const std::atomic<std::size_t>& a) { return a.load(std::memory_order_relaxed); };
+  const std::size_t tracked = load(summary_tracked_);
   if (tracked == 0) return {};
-  return fmt::format("runtime: {} tensors tracked, evictable {}, offloaded {}, dropped {}", tracked,
-                     format_bytes(summary_evictable_.load(std::memory_order_relaxed)),
-                     format_bytes(summary_on_host_.load(std::memory_order_relaxed)),
-                     format_bytes(summary_dropped_.load(std::memory_order_relaxed)));
+  std::string s = fmt::format("runtime: {} tensors tracked, evictable {}", tracked, format_bytes(load(summary_evictable_)));
+  if (const std::size_t held = load(summary_held_); held > 0) {
+    s += fmt::format(" (and {} the program still holds elsewhere)", format_bytes(held));
+  }
+  s += fmt::format(", offloaded {}, dropped {}", format_bytes(load(summary_on_host_)), format_bytes(load(summary_dropped_)));
+  const std::size_t asked = load(last_reclaim_asked_);
+  const std::size_t freed = load(last_reclaim_freed_);
+  if (asked > 0 && freed < asked) {
+    s += fmt::format("; its last reclaim was asked for {} and freed {}", format_bytes(asked), format_bytes(freed));
+    const std::size_t held = load(last_reclaim_held_);
+    const std::size_t kept = load(last_reclaim_kept_);
+    if (held > 0) s += fmt::format(", leaving {} held elsewhere", format_bytes(held));
+    if (kept > 0) {
+      s += fmt::format(", keeping {} that could neither be swapped (the pinned host pool is full, key "
+                       "'host_budget') nor recomputed",
+                       format_bytes(kept));
+    }
+    if (held == 0 && kept == 0) s += ": nothing else was evictable";
+  }
+  return s;
 }
 
 void memory_runtime::set_observer(runtime_observer* o) {

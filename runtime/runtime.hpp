@@ -188,6 +188,8 @@ class memory_runtime final : public reclaimer {
   bool proactive_armed_ = false;
   std::uint64_t pressure_mark_ = 0;  // reclaims + proactive offloads when this step began
   bool said_host_full_ = false;
+  std::size_t reclaim_held_ = 0;  // this reclaim's victims held elsewhere
+  std::size_t reclaim_kept_ = 0;  // this reclaim's victims neither swappable nor droppable
   runtime_observer* observer_ = nullptr;
   runtime_stats stats_;
   // describe()'s lock-free summary.
@@ -195,6 +197,12 @@ class memory_runtime final : public reclaimer {
   std::atomic<std::size_t> summary_evictable_{0};
   std::atomic<std::size_t> summary_on_host_{0};
   std::atomic<std::size_t> summary_dropped_{0};
+  std::atomic<std::size_t> summary_held_{0};
+  // Note [Why a reclaim fell short]: the last reclaim's account.
+  std::atomic<std::size_t> last_reclaim_asked_{0};
+  std::atomic<std::size_t> last_reclaim_freed_{0};
+  std::atomic<std::size_t> last_reclaim_held_{0};  // victims held elsewhere
+  std::atomic<std::size_t> last_reclaim_kept_{0};  // neither swappable (host full) nor droppable
 };
 
 }  // namespace tp

@@ -47,10 +47,12 @@ bool memory_runtime::evict_locked(const eviction_choice& c, std::size_t& freed,
   if (!t.binding->can_release()) {
     candidates_.remove(t);
     ++stats_.shared_skips;
+    reclaim_held_ += t.bytes;
     return false;  // held elsewhere: evicting frees nothing; the caller re-adds it
   }
   ++stats_.evictions;
-  if (c.action == eviction_action::drop && t.recomputable()) {
+  const bool droppable = t.recomputable() && t.binding->can_recompute();
+  if (c.action == eviction_action::drop && droppable) {
     drop_locked(t);
     freed += t.bytes;
     return true;
@@ -63,7 +65,7 @@ bool memory_runtime::evict_locked(const eviction_choice& c, std::size_t& freed,
     return true;
   }
   ++stats_.host_fallbacks;
-  if (t.recomputable()) {
+  if (droppable) {
     notice_once(said_host_full_,
                 "tensorpager: the pinned host pool is full; evicting by recompute instead of "
                 "swap, and keeping tensors that cannot be recomputed on the device");
@@ -74,6 +76,7 @@ bool memory_runtime::evict_locked(const eviction_choice& c, std::size_t& freed,
   notice_once(said_host_full_,
               "tensorpager: the pinned host pool is full; evicting by recompute instead of swap, "
               "and keeping tensors that cannot be recomputed on the device");
+  reclaim_kept_ += t.bytes;
   return false;  // stays resident; the caller re-adds it after this reclaim
 }
 
@@ -82,6 +85,8 @@ std::size_t memory_runtime::reclaim(std::size_t bytes, stream_id /*stream*/) {
   if (speculative_) return 0;  // Note [Prefetch never evicts]
   ++stats_.reclaims;
   proactive_armed_ = true;  // Note [Proactive offload under pressure]
+  reclaim_held_ = 0;
+  reclaim_kept_ = 0;
   std::size_t freed = poll_locked();
   // Offloads already in flight free their storage soonest.
   for (std::size_t i = 0; i < in_flight_.size() && freed < bytes;) {
@@ -122,6 +127,11 @@ std::size_t memory_runtime::reclaim(std::size_t bytes, stream_id /*stream*/) {
   }
   for (managed_tensor* t : kept) make_candidate(*t);
   stats_.reclaimed_bytes += freed;
+  // Note [Why a reclaim fell short]
+  last_reclaim_asked_.store(bytes, std::memory_order_relaxed);
+  last_reclaim_freed_.store(freed, std::memory_order_relaxed);
+  last_reclaim_held_.store(reclaim_held_, std::memory_order_relaxed);
+  last_reclaim_kept_.store(reclaim_kept_, std::memory_order_relaxed);
   publish_summary_locked();
   return freed;
 }
