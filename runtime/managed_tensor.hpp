@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <thread>
 
 #include "allocator/pinned_host_pool.hpp"
 #include "device/device.hpp"
@@ -41,9 +42,10 @@ const char* to_string(eviction_action a);
 ///
 /// Thread-safety: called by the runtime with its lock held, from the thread
 /// that called into the runtime (the training thread, or the allocator's
-/// reclaim path on that thread). allocate_device() and recompute() may
-/// allocate through the caching allocator and so re-enter the runtime's
-/// reclaim() on the same thread; see Note [Runtime locking] in runtime.hpp.
+/// reclaim path on that thread); recompute() alone is called without it
+/// (Note [Recompute outside the lock] in runtime.hpp). allocate_device() and
+/// recompute() may allocate through the caching allocator and so re-enter
+/// the runtime's reclaim() on the same thread; see Note [Runtime locking].
 /// Lifetime: must outlive its registration (memory_runtime::untrack).
 class storage_binding {
  public:
@@ -101,6 +103,9 @@ struct managed_tensor {
   // --- candidate set bookkeeping (candidate_set) -----------------------------
   bool in_candidates = false;
   bool pinned = false;  ///< being restored: never a victim
+  /// The thread recomputing it, with the runtime's lock released (Note
+  /// [Recompute outside the lock] in runtime.hpp); default: none.
+  std::thread::id recomputing_on{};
   std::size_t candidate_index = 0;
   std::list<managed_tensor*>::iterator lru_pos{};
 

@@ -82,7 +82,7 @@ void memory_runtime::access(tensor_id id) {
   lock_type lock(mu_);
   managed_tensor& t = find(id);
   poll_locked();
-  ensure_resident_locked(t, t.stream);
+  ensure_resident_locked(t, t.stream, lock);
   t.last_access_ns = clock_.now_ns();
   ++t.access_count;
   candidates_.touch(t);
@@ -94,10 +94,19 @@ void memory_runtime::ensure_resident(tensor_id id, stream_id compute) {
   lock_type lock(mu_);
   managed_tensor& t = find(id);
   poll_locked();
-  ensure_resident_locked(t, compute);
+  ensure_resident_locked(t, compute, lock);
 }
 
-void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute) {
+void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute, lock_type& lock) {
+  // Note [Recompute outside the lock]: another thread may be recomputing it.
+  while (t.recomputing_on != std::thread::id{}) {
+    if (t.recomputing_on == std::this_thread::get_id()) {
+      throw error(fmt::format("tensorpager: recomputing tensor {} needs tensor {} itself (a replay that reads "
+                              "its own output)",
+                              to_underlying(t.id), to_underlying(t.id)));
+    }
+    recomputed_.wait(lock);
+  }
   const std::int64_t requested = clock_.now_ns();
   switch (t.state) {
     case tensor_state::resident:
@@ -137,21 +146,7 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
       break;
     }
     case tensor_state::dropped: {
-      t.pinned = true;
-      notify_locked(runtime_event_kind::recompute_begin, &t, 0);
-      try {
-        t.binding->recompute();  // may re-enter the runtime; Note [Runtime locking]
-      } catch (...) {
-        t.pinned = false;
-        notify_locked(runtime_event_kind::recompute_end, &t, 1);  // failed: every begin has its end
-        throw;
-      }
-      t.pinned = false;
-      notify_locked(runtime_event_kind::recompute_end, &t, 0);
-      if (t.binding->device_ptr() == nullptr) {
-        throw error(fmt::format("tensorpager: recompute() of tensor {} left it without storage",
-                                to_underlying(t.id)));
-      }
+      recompute_unlocked(t, lock);
       t.state = tensor_state::resident;
       ++stats_.recomputes;
       ++stats_.stalls;
@@ -161,6 +156,32 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
     }
   }
   make_candidate(t);
+}
+
+void memory_runtime::recompute_unlocked(managed_tensor& t, lock_type& lock) {
+  t.pinned = true;
+  t.recomputing_on = std::this_thread::get_id();
+  notify_locked(runtime_event_kind::recompute_begin, &t, 0);
+  const auto finish = [&](bool failed) {
+    t.pinned = false;
+    t.recomputing_on = {};
+    notify_locked(runtime_event_kind::recompute_end, &t, failed ? 1 : 0);  // every begin has its end
+    recomputed_.notify_all();
+  };
+  lock.unlock();  // Note [Recompute outside the lock]
+  try {
+    t.binding->recompute();
+  } catch (...) {
+    lock.lock();
+    finish(true);
+    throw;
+  }
+  lock.lock();
+  if (t.binding->device_ptr() == nullptr) {
+    finish(true);
+    throw error(fmt::format("tensorpager: recompute() of tensor {} left it without storage", to_underlying(t.id)));
+  }
+  finish(false);
 }
 
 bool memory_runtime::offload(tensor_id id) {

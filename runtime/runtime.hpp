@@ -5,20 +5,33 @@
 // Note [Runtime locking]
 // One std::recursive_mutex guards all runtime state. It is recursive because
 // of one legitimate re-entry: restoring a tensor calls storage_binding::
-// allocate_device() or recompute(), which allocate through the caching
-// allocator, which may call reclaim() on the same thread (with the
-// allocator's lock released, as the reclaimer contract guarantees). A replay
-// may also access() other tracked tensors. Before any binding call the
-// runtime leaves its state consistent and marks the tensor being restored
-// `pinned` (not a candidate), so a nested reclaim never picks it and no
-// iterator is held across the call. reclaim() itself never calls
-// allocate_device() or recompute(): it only starts copies, waits for their
-// events and calls release_device(), so the nesting is at most one level.
+// allocate_device(), which allocates through the caching allocator, which
+// may call reclaim() on the same thread (with the allocator's lock released,
+// as the reclaimer contract guarantees). Before any binding call the runtime
+// leaves its state consistent and marks the tensor being restored `pinned`
+// (not a candidate), so a nested reclaim never picks it and no iterator is
+// held across the call. reclaim() itself never calls allocate_device() or
+// recompute(): it only starts copies, waits for their events and calls
+// release_device(), so the nesting is at most one level.
 // Rules for the glue: never untrack() a tensor from inside its own binding
 // callbacks; never call the runtime from an allocator observer.
 // Waits (for an offload's event) happen with the runtime's lock held: other
 // threads that touch the runtime wait too, which keeps the state simple; the
 // copy itself needs no runtime call to finish.
+//
+// Note [Recompute outside the lock]
+// recompute() is the one binding call made without the runtime's lock: it
+// runs the glue's replay, which in torch is Python, and so takes Python's
+// lock. Holding the runtime's lock there deadlocked two threads: one in a
+// replay waiting for Python's lock, the other holding Python's lock (freeing
+// a graph, which untracks) waiting for the runtime's. So the tensor is
+// pinned and marked recomputing_on this thread, the lock is released for
+// the call, and taken again after it; a replay that accesses other tensors
+// takes it afresh. Another thread that needs the same tensor meanwhile
+// waits (recomputed_) until the recompute has finished or failed. The lock
+// is held once when a recompute starts (access() and ensure_resident() are
+// its only callers; reclaim() never recomputes), so releasing it once
+// releases it.
 //
 // Note [Prefetch never evicts]
 // Prefetching ahead is speculative: its allocation must not evict anything
@@ -27,6 +40,7 @@
 // access itself.
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -151,7 +165,9 @@ class memory_runtime final : public reclaimer {
   managed_tensor& find(tensor_id id) const;
   // All *_locked members require mu_ held.
   std::size_t poll_locked();
-  void ensure_resident_locked(managed_tensor& t, stream_id compute);
+  // Requires: `lock` holds mu_ exactly once (Note [Recompute outside the lock]).
+  void ensure_resident_locked(managed_tensor& t, stream_id compute, lock_type& lock);
+  void recompute_unlocked(managed_tensor& t, lock_type& lock);
   void make_candidate(managed_tensor& t);
   void remove_in_flight(managed_tensor& t);
   std::optional<eviction_choice> choose_locked(std::size_t bytes_needed, std::uintptr_t begin,
@@ -174,6 +190,7 @@ class memory_runtime final : public reclaimer {
   clock& clock_;
   options opts_;
   mutable std::recursive_mutex mu_;
+  std::condition_variable_any recomputed_;  // Note [Recompute outside the lock]
   transfer_engine engine_;
   access_recorder recorder_;
   std::unique_ptr<eviction_policy> policy_;

@@ -267,6 +267,77 @@ TEST(Runtime, AStaleStorageStaysWhenTheHostPoolIsFull) {
   rt.check_invariants();
 }
 
+// Note [Recompute outside the lock]: a recompute (Python's replay, in torch)
+// may wait for another thread that needs the runtime meanwhile, as one
+// waits for Python's lock held by a thread that is untracking a tensor.
+class waiting_binding final : public storage_binding {
+ public:
+  explicit waiting_binding(fake_binding& inner) : inner_(inner) {}
+  void* device_ptr() const override { return inner_.device_ptr(); }
+  void release_device() noexcept override { inner_.release_device(); }
+  void* allocate_device(std::size_t bytes) override { return inner_.allocate_device(bytes); }
+  void recompute() override {
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    std::thread([this, done] {
+      (void)runtime->stats();  // takes the runtime's lock
+      done->store(true);
+    }).detach();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done->load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    other_thread_got_in = done->load();
+    inner_.recompute();
+  }
+  memory_runtime* runtime = nullptr;
+  bool other_thread_got_in = false;
+
+ private:
+  fake_binding& inner_;
+};
+
+TEST(RuntimeThreads, AnotherThreadUsesTheRuntimeWhileARecomputeRuns) {
+  runtime_rig rig;
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, with_policy(policy_kind::dtr));
+  fake_binding inner(rig, 1 * MiB, 5);
+  waiting_binding b(inner);
+  b.runtime = &rt;
+  const tensor_id id = rt.track(b, inner.bytes(), rig.compute, 1000);
+  ASSERT_EQ(rt.reclaim(1, rig.compute), inner.bytes());
+  rt.access(id);
+  EXPECT_TRUE(b.other_thread_got_in) << "the runtime held its lock through recompute()";
+  EXPECT_TRUE(inner.verify());
+  rt.check_invariants();
+}
+
+TEST(RuntimeThreads, ASecondThreadWaitsForTheRecomputeInFlight) {
+  runtime_rig rig;
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, with_policy(policy_kind::dtr));
+  fake_binding b(rig, 1 * MiB, 6);
+  class slow_binding final : public storage_binding {
+   public:
+    explicit slow_binding(fake_binding& inner) : inner_(inner) {}
+    void* device_ptr() const override { return inner_.device_ptr(); }
+    void release_device() noexcept override { inner_.release_device(); }
+    void* allocate_device(std::size_t bytes) override { return inner_.allocate_device(bytes); }
+    void recompute() override {
+      ++calls;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      inner_.recompute();
+    }
+    std::atomic<int> calls{0};
+
+   private:
+    fake_binding& inner_;
+  } slow(b);
+  const tensor_id id = rt.track(slow, b.bytes(), rig.compute, 1000);
+  ASSERT_EQ(rt.reclaim(1, rig.compute), b.bytes());
+  std::thread other([&] { rt.access(id); });
+  rt.access(id);
+  other.join();
+  EXPECT_EQ(slow.calls.load(), 1);  // one recompute; the other thread waited for it
+  EXPECT_TRUE(b.verify());
+  rt.check_invariants();
+}
+
 TEST(Runtime, UntrackWhileOffloadingWaitsForTheCopy) {
   runtime_rig rig({.latency_ns = 2000});
   memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk);
