@@ -79,5 +79,5 @@ with tp.budget(tp.stats()["reserved_bytes.all.current"] + (1 << 20)):
 @requires_ext
 def test_two_threads_one_budget_no_hang_and_bit_identical_gradients() -> None:
     # A hang fails through run_python's timeout.
-    proc = run_python(SCENARIO.replace("RUNS", "20"), timeout=240)
+    proc = run_python("RUNS = 20\n" + SCENARIO, timeout=240)
     assert "ALL RUNS OK: 20" in proc.stdout, proc.stdout + proc.stderr
