@@ -1,7 +1,8 @@
 // The c10 CUDA adapter under real CUDA tensors (label gpu). Installing it is
 // irreversible, so every test installs the same configuration (the second
 // install is a no-op) and restores the budget it changes. Skips where torch
-// sees no CUDA device; on a machine without one it checks that install refuses.
+// sees no CUDA device; on a machine without one it checks that install makes
+// no CUDA call and that the first allocation fails cleanly.
 
 #include <string>
 
@@ -14,7 +15,6 @@
 #include <torch/cuda.h>
 
 #include "core/errors.hpp"
-#include "device/cuda/cuda_device.hpp"
 #include "hooks/tensorpager.hpp"
 #include "hooks_test_support.hpp"
 
@@ -26,15 +26,19 @@ using c10::CachingAllocator::StatType;
 
 constexpr const char* conf = "device:cuda";
 
-TEST(CudaAdapterWithoutDevice, InstallRefusesWithAClearMessage) {
-  if (tp::cuda_device::device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+TEST(CudaAdapterWithoutDevice, InstallsWithoutCudaAndTheFirstAllocationFailsCleanly) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is present";
+  // Note [No CUDA call before the first allocation] in hooks/cuda_adapter.cpp.
+  tensorpager::install(conf);
+  EXPECT_TRUE(tensorpager::is_installed());
+  EXPECT_EQ(tensorpager::cuda_driver_calls(), 0u);
+  EXPECT_THROW((void)cca::raw_alloc(1024), c10::Error);
   try {
-    tensorpager::install(conf);
-    FAIL() << "expected tp::config_error";
-  } catch (const tp::config_error& e) {
+    (void)tensorpager::cuda_device_name(0);
+    FAIL() << "expected tp::cuda_error";
+  } catch (const tp::cuda_error& e) {
     EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
   }
-  EXPECT_FALSE(tensorpager::is_installed());
 }
 
 class CudaAdapter : public ::testing::Test {
