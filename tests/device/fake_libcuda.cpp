@@ -21,86 +21,24 @@
 // CUDA_ERROR_INVALID_HANDLE, ...). The environment variable
 // TP_FAKE_CUDA_DEVICES (default 2) sets the device count; 0 makes cuInit fail
 // with CUDA_ERROR_NO_DEVICE. tp_fake_cuda_* functions let tests look inside.
+// Virtual memory is in fake_libcuda_vmm.cpp; the shared state in
+// fake_libcuda_state.hpp.
 
 #include <cuda.h>
-#include <sys/mman.h>
 
-#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iterator>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
+#include "tests/device/fake_libcuda_state.hpp"
+
+namespace tp_fake_cuda {
 namespace {
-
-constexpr std::size_t capacity = std::size_t{1} << 30;
-constexpr std::size_t granule = std::size_t{2} << 20;
-
-struct context_st {
-  int device = 0;
-  int refs = 0;  // primary-context retains
-  std::set<context_st*> peers;
-};
-
-struct stream_st {
-  context_st* ctx = nullptr;
-};
-
-struct event_st {
-  context_st* ctx = nullptr;
-};
-
-struct state_t {
-  std::mutex mutex;
-  bool initialized = false;
-  int devices = 2;
-  std::vector<std::unique_ptr<context_st>> primary;
-  std::vector<std::size_t> used;                      // bytes per device
-  std::map<std::uintptr_t, std::pair<int, std::size_t>> allocations;  // address -> device, bytes
-  std::set<void*> host;
-  std::set<stream_st*> streams;
-  std::set<event_st*> events;
-  std::map<std::uintptr_t, std::size_t> reservations;  // base -> bytes
-  std::map<CUmemGenericAllocationHandle, std::pair<int, std::size_t>> handles;  // -> device, bytes
-  std::map<std::uintptr_t, std::pair<CUmemGenericAllocationHandle, std::size_t>> mappings;
-  CUmemGenericAllocationHandle next_handle = 1;
-  std::atomic<std::uint64_t> calls{0};
-};
-
-state_t& state() {
-  static auto* s = new state_t;  // leaked: the library is never unloaded
-  return *s;
-}
-
-thread_local context_st* current = nullptr;
-
-using lock = std::lock_guard<std::mutex>;
-
-/// Counts the call; returns CUDA_SUCCESS when the driver is initialised.
-CUresult enter(state_t& s) {
-  s.calls.fetch_add(1);
-  return s.initialized ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
-}
-
-/// enter() plus a current context.
-CUresult enter_ctx(state_t& s) {
-  if (CUresult r = enter(s); r != CUDA_SUCCESS) return r;
-  return current != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
-}
-
-/// The context a stream handle runs in: 0 is the current context's default stream.
-context_st* stream_ctx(state_t& s, CUstream h) {
-  if (h == nullptr) return current;
-  auto* st = reinterpret_cast<stream_st*>(h);
-  return s.streams.count(st) ? st->ctx : nullptr;
-}
 
 CUresult CUDAAPI get_error_name(CUresult r, const char** out) {
   static const std::map<int, const char*> names = {
@@ -383,137 +321,6 @@ CUresult CUDAAPI event_query(CUevent e) {
 
 CUresult CUDAAPI event_synchronize(CUevent e) { return event_query(e); }
 
-// --- virtual memory ------------------------------------------------------------
-
-CUresult CUDAAPI mem_get_allocation_granularity(std::size_t* g, const CUmemAllocationProp* prop,
-                                                CUmemAllocationGranularity_flags) {
-  state_t& s = state();
-  if (CUresult r = enter(s); r != CUDA_SUCCESS) return r;
-  if (prop == nullptr || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 ||
-      prop->location.id >= s.devices) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  *g = granule;
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI mem_address_reserve(CUdeviceptr* base, std::size_t bytes, std::size_t alignment, CUdeviceptr addr,
-                                     unsigned long long flags) {
-  state_t& s = state();
-  if (CUresult r = enter(s); r != CUDA_SUCCESS) return r;
-  if (bytes == 0 || bytes % granule != 0 || addr != 0 || flags != 0 || (alignment != 0 && alignment != granule)) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  // Over-reserve to align, as a driver would place it.
-  void* p = mmap(nullptr, bytes + granule, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
-  const auto raw = reinterpret_cast<std::uintptr_t>(p);
-  const std::uintptr_t aligned = (raw + granule - 1) / granule * granule;
-  lock l(s.mutex);
-  s.reservations[aligned] = bytes;
-  *base = aligned;
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI mem_address_free(CUdeviceptr base, std::size_t bytes) {
-  state_t& s = state();
-  if (CUresult r = enter(s); r != CUDA_SUCCESS) return r;
-  lock l(s.mutex);
-  const auto it = s.reservations.find(static_cast<std::uintptr_t>(base));
-  if (it == s.reservations.end() || it->second != bytes) return CUDA_ERROR_INVALID_VALUE;
-  const auto m = s.mappings.lower_bound(static_cast<std::uintptr_t>(base));
-  if (m != s.mappings.end() && m->first < base + bytes) return CUDA_ERROR_INVALID_VALUE;  // still mapped
-  s.reservations.erase(it);  // the address space itself is left reserved: no reuse, no surprises
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI mem_create(CUmemGenericAllocationHandle* h, std::size_t bytes, const CUmemAllocationProp* prop,
-                            unsigned long long flags) {
-  state_t& s = state();
-  if (CUresult r = enter(s); r != CUDA_SUCCESS) return r;
-  if (bytes == 0 || bytes % granule != 0 || flags != 0 || prop == nullptr ||
-      prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-      prop->location.id < 0 || prop->location.id >= s.devices) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  lock l(s.mutex);
-  std::size_t& used = s.used[static_cast<std::size_t>(prop->location.id)];
-  if (bytes > capacity - used) return CUDA_ERROR_OUT_OF_MEMORY;
-  used += bytes;
-  *h = s.next_handle++;
-  s.handles[*h] = {prop->location.id, bytes};
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI mem_release(CUmemGenericAllocationHandle h) {
-  state_t& s = state();
-  if (CUresult r = enter(s); r != CUDA_SUCCESS) return r;
-  lock l(s.mutex);
-  const auto it = s.handles.find(h);
-  if (it == s.handles.end()) return CUDA_ERROR_INVALID_VALUE;
-  for (const auto& [address, m] : s.mappings) {
-    if (m.first == h) return CUDA_ERROR_INVALID_VALUE;  // tensorpager unmaps before it releases
-  }
-  s.used[static_cast<std::size_t>(it->second.first)] -= it->second.second;
-  s.handles.erase(it);
-  return CUDA_SUCCESS;
-}
-
-bool in_reservation(const state_t& s, std::uintptr_t address, std::size_t bytes) {
-  auto it = s.reservations.upper_bound(address);
-  if (it == s.reservations.begin()) return false;
-  --it;
-  return address >= it->first && address + bytes <= it->first + it->second;
-}
-
-CUresult CUDAAPI mem_map(CUdeviceptr ptr, std::size_t bytes, std::size_t offset, CUmemGenericAllocationHandle h,
-                         unsigned long long flags) {
-  state_t& s = state();
-  if (CUresult r = enter(s); r != CUDA_SUCCESS) return r;
-  lock l(s.mutex);
-  const auto address = static_cast<std::uintptr_t>(ptr);
-  const auto it = s.handles.find(h);
-  if (it == s.handles.end() || offset != 0 || flags != 0 || bytes != it->second.second ||
-      !in_reservation(s, address, bytes)) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  const auto m = s.mappings.lower_bound(address);
-  if (m != s.mappings.end() && m->first < address + bytes) return CUDA_ERROR_INVALID_VALUE;
-  if (m != s.mappings.begin() && std::prev(m)->first + std::prev(m)->second.second > address) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  s.mappings[address] = {h, bytes};
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI mem_set_access(CUdeviceptr ptr, std::size_t bytes, const CUmemAccessDesc* desc, std::size_t count) {
-  state_t& s = state();
-  if (CUresult r = enter(s); r != CUDA_SUCCESS) return r;
-  if (desc == nullptr || count == 0 || desc->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return CUDA_ERROR_INVALID_VALUE;
-  lock l(s.mutex);
-  // Every byte of the range must be mapped.
-  for (std::uintptr_t a = static_cast<std::uintptr_t>(ptr); a < ptr + bytes;) {
-    const auto m = s.mappings.find(a);
-    if (m == s.mappings.end()) return CUDA_ERROR_INVALID_VALUE;
-    a += m->second.second;
-  }
-  if (mprotect(reinterpret_cast<void*>(ptr), bytes, PROT_READ | PROT_WRITE) != 0) return CUDA_ERROR_UNKNOWN;
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI mem_unmap(CUdeviceptr ptr, std::size_t bytes) {
-  state_t& s = state();
-  if (CUresult r = enter(s); r != CUDA_SUCCESS) return r;
-  lock l(s.mutex);
-  const auto m = s.mappings.find(static_cast<std::uintptr_t>(ptr));
-  // CUDA unmaps whole mappings only (Note [One handle per granule]).
-  if (m == s.mappings.end() || m->second.second != bytes) return CUDA_ERROR_INVALID_VALUE;
-  s.mappings.erase(m);
-  madvise(reinterpret_cast<void*>(ptr), bytes, MADV_DONTNEED);
-  mprotect(reinterpret_cast<void*>(ptr), bytes, PROT_NONE);
-  return CUDA_SUCCESS;
-}
-
 struct entry {
   const char* name;
   int version;  // the lowest version at which it has this ABI
@@ -567,6 +374,9 @@ const std::vector<entry>& table() {
 }
 
 }  // namespace
+}  // namespace tp_fake_cuda
+
+using namespace tp_fake_cuda;  // the exports below look inside
 
 extern "C" {
 
