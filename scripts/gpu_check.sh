@@ -136,9 +136,15 @@ cat "$out/logs/environment.log"
 # --- stages that need no GPU --------------------------------------------------------------
 shopt -s nullglob
 ext=("$build_dir"/hooks/_C*.so)
-symbol_targets=("$build_dir/device/cuda/libtp_device_cuda.a" "${ext[@]}")
-[[ -x "$build_dir/tests/device/cuda_device_test" ]] && symbol_targets+=("$build_dir/tests/device/cuda_device_test")
-run_stage symbols "$PYTHON" scripts/check_cuda_symbols.py "${symbol_targets[@]}"
+with_cuda=0
+[[ -f "$build_dir/device/cuda/libtp_device_cuda.a" ]] && with_cuda=1
+if ((with_cuda)); then
+  symbol_targets=("$build_dir/device/cuda/libtp_device_cuda.a" "${ext[@]}")
+  [[ -x "$build_dir/tests/device/cuda_device_test" ]] && symbol_targets+=("$build_dir/tests/device/cuda_device_test")
+  run_stage symbols "$PYTHON" scripts/check_cuda_symbols.py "${symbol_targets[@]}"
+else
+  skip symbols "built without CUDA (TP_WITH_CUDA off: no nvcc?)"
+fi
 
 # import: `import torch` with tensorpager installed on CUDA makes no CUDA call,
 # and a child forked afterwards can open a device (on a machine without a GPU,
@@ -177,7 +183,11 @@ else:
     assert "no CUDA device" in msg, msg
 EOF
 }
-run_stage import import_check
+if ((with_cuda)) && ((${#ext[@]})); then
+  run_stage import import_check
+else
+  skip import "no tensorpager._C built with CUDA"
+fi
 
 # --- stages that need a GPU ----------------------------------------------------------------
 gpu_stage() {  # gpu_stage NAME COMMAND...
