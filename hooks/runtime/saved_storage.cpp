@@ -27,7 +27,14 @@ void saved_storage::release_device() noexcept {
 void* saved_storage::allocate_device(std::size_t bytes) {
   c10::DataPtr fresh;
   try {
-    fresh = allocator_.allocate(bytes);
+    // Note [Restores allocate for the tensor's device and stream] in runtime_host.hpp.
+    const runtime_resources& res = session_->resources();
+    if (res.allocate_on_compute) {
+      void* p = res.allocate_on_compute(bytes);
+      fresh = c10::DataPtr(p, p, allocator_.raw_deleter(), storage_.device());
+    } else {
+      fresh = allocator_.allocate(bytes);
+    }
   } catch (const c10::OutOfMemoryError& e) {
     // The runtime tells an allocation that may be retried later (a prefetch
     // ahead) by tp::out_of_memory.
