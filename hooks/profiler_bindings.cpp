@@ -217,6 +217,8 @@ void register_profiler(py::module_& m) {
   m.def("timeline_report", &tensorpager::timeline_report, arg("top") = 20, py::call_guard<py::gil_scoped_release>(),
         "The text report of the current or last recording.");
   m.def("timeline_step", &tensorpager::mark_step, arg("index"), "Records a step boundary (end of step index).");
+  m.def("timeline_runtime_steps", &runtime_records_steps,
+        "Whether an attached runtime (a budget) records the step boundaries itself.");
   m.def(
       "timeline_intern",
       [](const std::string& text) -> profiler::label_id {

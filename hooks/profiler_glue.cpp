@@ -212,6 +212,12 @@ void detach_runtime(memory_runtime* runtime) noexcept {
   }
 }
 
+bool runtime_records_steps() noexcept {
+  timeline_state& s = state();
+  std::lock_guard lock(s.mutex);
+  return !s.runtimes.empty();
+}
+
 std::shared_ptr<profiler::event_log> last_event_log() {
   timeline_state& s = state();
   std::lock_guard lock(s.mutex);

@@ -86,6 +86,10 @@ void attach_runtime(memory_runtime* runtime, std::int16_t device = 0);
 /// not attached. Once it returns no event of the runtime is on its way into
 /// a log. Thread-safe.
 void detach_runtime(memory_runtime* runtime) noexcept;
+/// Whether an attached runtime records the step boundaries (Note [One step
+/// per iteration] in python/tensorpager/timeline.py): the phase tracker then
+/// records none of its own. Thread-safe.
+bool runtime_records_steps() noexcept;
 
 /// The log recording now, or nullptr. For the runtime, which records its own
 /// events into it (event_log::record). Thread-safe.

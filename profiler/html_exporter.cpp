@@ -97,7 +97,7 @@ void write_data(std::string& out, const timeline& t, const timeline_analysis& a,
     w.member("peak_t_ns", s.peak_t_ns);
     w.member("peak_reserved", s.peak_reserved);
     w.member("peak_host", s.peak_host);
-    w.member("budget", s.budget);
+    w.member("budget", s.budget_at_peak);
     w.member("offloaded_bytes", s.offloaded_bytes);
     w.member("prefetched_bytes", s.prefetched_bytes);
     w.member("recompute_ns", s.recompute_ns);
@@ -148,7 +148,7 @@ void device_section(std::string& out, const timeline& t, const timeline_analysis
   fmt::format_to(std::back_inserter(out), "<h2>{}</h2>\n<div class=\"cards\">\n", html_escape(device_display_name(t, dev.device)));
   card(out, "peak allocated", bytes(s.peak_allocated));
   card(out, "peak reserved", bytes(s.peak_reserved));
-  card(out, "budget", bytes(s.budget));
+  card(out, "budget at the peak", bytes(s.budget_at_peak));
   card(out, "cached-free at peak", bytes(s.cached_free_at_peak));
   card(out, "offloaded (" + plural(s.offloads, "transfer") + ")", bytes(static_cast<std::int64_t>(s.offloaded_bytes)));
   card(out, "prefetched (" + plural(s.prefetches, "transfer") + ")", bytes(static_cast<std::int64_t>(s.prefetched_bytes)));
@@ -157,6 +157,8 @@ void device_section(std::string& out, const timeline& t, const timeline_analysis
   card(out, fmt::format("stall time ({})", s.stalls), format_duration(s.stall_ns));
   card(out, "out of memory", std::to_string(s.ooms));
   out += "</div>\n";
+  fmt::format_to(std::back_inserter(out), "<p class=\"note\">Budget over time: {}</p>\n",
+                 html_escape(format_budgets(s.budgets, a.start_ns)));
 
   svg_plot_options o;
   o.t0_ns = a.start_ns;
@@ -195,14 +197,13 @@ void device_section(std::string& out, const timeline& t, const timeline_analysis
   std::size_t rank = 0;
   for (const live_block& b : dev.top_at_peak) {
     std::string label = t.label_text(b.label);
-    if (b.origin == block_origin::prefetched) label += " [prefetched]";
-    if (b.origin == block_origin::recomputed) label += " [recomputed]";
+    if (b.origin != block_origin::allocated) label += fmt::format(" [{}]", to_string(b.origin));
     fmt::format_to(std::back_inserter(out),
                    "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td>"
                    "<td class=\"n\">{}</td></tr>\n",
                    ++rank, bytes(static_cast<std::int64_t>(b.bytes)), bytes(static_cast<std::int64_t>(b.requested)),
                    to_string(b.category), html_escape(label.empty() ? "-" : label),
-                   format_duration(s.peak_t_ns - b.t_alloc_ns));
+                   html_escape(format_age(b, s.peak_t_ns)));
   }
   out += "</table>\n";
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "allocator/size_policy.hpp"
+#include "profiler/block_notes.hpp"
 #include "profiler/pickle_writer.hpp"
 #include "profiler/saved_timeline.hpp"
 
@@ -18,63 +19,6 @@ bool in_device_trace(event_kind k) {
   return k == event_kind::alloc || k == event_kind::free_requested || k == event_kind::free_completed ||
          k == event_kind::segment_alloc || k == event_kind::segment_free || k == event_kind::oom;
 }
-
-using block_key = std::pair<std::int16_t, std::uint64_t>;  // device, address
-
-/// What later events say about each alloc and free_requested event (by index
-/// into timeline::events): tags and runtime events that came after the alloc.
-struct annotations {
-  struct alloc_note {
-    profiler::category category = category::unknown;
-    label_id label = 0;
-    const char* origin = nullptr;  // "prefetched", "recomputed"
-  };
-  std::unordered_map<std::size_t, alloc_note> allocs;
-  std::unordered_map<std::size_t, std::string> frees;  // why the runtime freed it
-
-  explicit annotations(const timeline& t) {
-    std::map<block_key, std::size_t> live;
-    std::map<block_key, std::string> evicted;
-    for (std::size_t i = 0; i < t.events.size(); ++i) {
-      const event& e = t.events[i];
-      const block_key key{e.device, e.address};
-      switch (e.kind) {
-        case event_kind::alloc:
-          live[key] = i;
-          allocs[i] = alloc_note{e.category, e.label, nullptr};
-          break;
-        case event_kind::free_requested:
-          live.erase(key);
-          if (const auto it = evicted.find(key); it != evicted.end()) {
-            frees[i] = std::move(it->second);
-            evicted.erase(it);
-          }
-          break;
-        case event_kind::tag:
-          if (const auto it = live.find(key); it != live.end()) {
-            allocs[it->second].category = e.category;
-            if (e.label != 0) allocs[it->second].label = e.label;
-          }
-          break;
-        case event_kind::prefetch_begin:
-        case event_kind::prefetch_end:
-        case event_kind::recompute_end:
-          if (const auto it = live.find(key); e.address != 0 && it != live.end()) {
-            allocs[it->second].origin = e.kind == event_kind::recompute_end ? "recomputed" : "prefetched";
-          }
-          break;
-        case event_kind::eviction:
-          if (e.address != 0) {
-            evicted[key] = (e.detail == 1 ? "dropped for recompute (tensor " : "offloaded to host (tensor ") +
-                           std::to_string(e.id) + ")";
-          }
-          break;
-        default:
-          break;
-      }
-    }
-  }
-};
 
 /// The allocator's segments and blocks, replayed (Note [memory_viz snapshot]).
 struct replayed_device {
@@ -147,13 +91,40 @@ class snapshot_writer {
   }
 
  private:
-  std::string category_name(std::size_t alloc_index) const {
-    const auto it = notes_.allocs.find(alloc_index);
-    if (it == notes_.allocs.end()) return "unknown";
-    std::string name(to_string(it->second.category));
-    if (it->second.origin != nullptr) name += std::string(" (") + it->second.origin + ")";
+  /// The note and base category of a block: by its alloc event's index, or,
+  /// for a block live when recording began (alloc_index SIZE_MAX), by its
+  /// device and address (Note [What a block holds]).
+  struct described {
+    profiler::category category = category::unknown;
+    label_id label = 0;
+    block_origin origin = block_origin::allocated;
+    bool before_recording = false;
+  };
+  described describe(std::size_t alloc_index, std::int16_t device, std::uint64_t address) const {
+    described d;
+    const block_note* n = nullptr;
+    if (alloc_index == SIZE_MAX) {
+      d.before_recording = true;
+      n = notes_.for_initial(device, address);
+    } else {
+      d.category = t_.events[alloc_index].category;
+      d.label = t_.events[alloc_index].label;
+      n = notes_.for_alloc(alloc_index);
+    }
+    if (n != nullptr) {
+      if (n->category) d.category = *n->category;
+      if (n->label != 0) d.label = n->label;
+      d.origin = n->origin;
+    }
+    return d;
+  }
+
+  static std::string category_name(const described& d) {
+    std::string name(to_string(d.category));
+    if (d.origin != block_origin::allocated) name += fmt_origin(d.origin);
     return name;
   }
+  static std::string fmt_origin(block_origin o) { return std::string(" (") + std::string(to_string(o)) + ")"; }
 
   void frame(std::string_view filename, std::string_view name) {
     w_.begin_object();
@@ -163,13 +134,13 @@ class snapshot_writer {
     w_.end_object();
   }
 
-  void frames(std::size_t alloc_index, const std::string* why_freed) {
+  void frames(const described& d, const std::string* why_freed) {
     w_.key("frames");
     w_.begin_array();
-    if (const auto it = notes_.allocs.find(alloc_index); it != notes_.allocs.end()) {
-      const std::string& label = t_.label_text(it->second.label);
-      frame("tensorpager " + category_name(alloc_index), label.empty() ? "<no label>" : label);
-    }
+    std::string label = t_.label_text(d.label);
+    if (label.empty()) label = "<no label>";
+    if (d.before_recording) label += " (allocated before recording began)";
+    frame("tensorpager " + category_name(d), label);
     if (why_freed != nullptr) frame("tensorpager runtime", *why_freed);
     w_.end_array();
   }
@@ -210,7 +181,7 @@ class snapshot_writer {
         w_.member("size", b.size);
         w_.member("requested_size", b.pending_free ? b.size : b.requested);
         w_.member("state", b.pending_free ? "active_pending_free" : "active_allocated");
-        frames(b.alloc_index, nullptr);
+        frames(describe(b.alloc_index, device, it->first), nullptr);
         w_.end_object();
         cursor = it->first + b.size;
       }
@@ -244,19 +215,18 @@ class snapshot_writer {
       w_.member("stream", e.stream);
       w_.member("time_us", e.t_ns / 1000);
       if (e.kind == event_kind::oom) w_.member("device_free", std::uint64_t{0});  // not known to the allocator
-      std::string category = e.kind == event_kind::alloc ? category_name(i) : "unknown";
+      std::string category = e.kind == event_kind::alloc ? category_name(describe(i, device, e.address)) : "unknown";
       if (marker_pending_) {
         category = "unknown";  // memory_viz needs "unknown" among the categories once any entry has one
         marker_pending_ = false;
       }
       w_.member("category", category);
       if (e.kind == event_kind::alloc) {
-        frames(i, nullptr);
+        frames(describe(i, device, e.address), nullptr);
       } else {
-        const auto it = notes_.frees.find(i);  // only free_requested events have notes
         w_.key("frames");
         w_.begin_array();
-        if (it != notes_.frees.end()) frame("tensorpager runtime", it->second);
+        if (const std::string* why = notes_.why_freed(i)) frame("tensorpager runtime", *why);
         w_.end_array();
       }
       w_.end_object();
@@ -269,14 +239,14 @@ class snapshot_writer {
     for (std::size_t i = 0; i < t_.events.size(); ++i) {
       const event& e = t_.events[i];
       if (!in_device_trace(e.kind)) continue;
-      if (e.kind != event_kind::alloc || category_name(i) == "unknown") return false;
+      if (e.kind != event_kind::alloc || category_name(describe(i, e.device, e.address)) == "unknown") return false;
     }
     return true;
   }
 
   const timeline& t_;
   pickle_writer& w_;
-  annotations notes_;
+  block_notes notes_;
   int devices_ = 0;
   bool marker_pending_ = false;
   std::map<std::int16_t, replayed_device> state_;

@@ -120,8 +120,8 @@ std::string render_svg_plot(const std::vector<memory_sample>& samples, const dev
   // The budget sets the scale only when it is near the data: a budget far
   // above the peak would flatten the plot, so it is named instead.
   const double data_max = static_cast<double>(std::max({totals.peak_reserved, totals.peak_allocated, std::int64_t{1}}));
-  double budget_max = static_cast<double>(totals.budget);
-  for (const auto& s : samples) budget_max = std::max(budget_max, static_cast<double>(s.budget));
+  double budget_max = -1;
+  for (const auto& b : totals.budgets) budget_max = std::max(budget_max, static_cast<double>(b.bytes));
   const bool budget_on_scale = budget_max <= data_max * 1.6;
   const double vmax = std::max(data_max, budget_on_scale ? budget_max : 0.0) * 1.06;
   const double vmin = totals.peak_host > 0 ? -static_cast<double>(totals.peak_host) * 1.15 : 0.0;

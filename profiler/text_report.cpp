@@ -1,5 +1,6 @@
 #include "profiler/text_report.hpp"
 
+#include <algorithm>
 #include <iterator>
 
 #include <fmt/format.h>
@@ -16,15 +17,6 @@ std::string count(std::uint64_t n, std::string_view noun) {
   return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
 }
 
-std::string_view origin_name(block_origin o) {
-  switch (o) {
-    case block_origin::prefetched: return "prefetched";
-    case block_origin::recomputed: return "recomputed";
-    case block_origin::allocated: break;
-  }
-  return "";
-}
-
 void device_section(std::string& out, const timeline& t, const timeline_analysis& a, const device_analysis& d) {
   const device_totals& s = d.totals;
   auto line = [&](std::string_view what, const std::string& value) {
@@ -34,7 +26,8 @@ void device_section(std::string& out, const timeline& t, const timeline_analysis
   line("peak allocated", fmt::format("{} at {}", bytes(s.peak_allocated), format_duration(s.peak_t_ns - a.start_ns)));
   line("peak reserved", bytes(s.peak_reserved));
   line("cached-free at peak", bytes(s.cached_free_at_peak));
-  line("budget", s.budget < 0 ? std::string("none") : bytes(s.budget));
+  line("budget", format_budgets(s.budgets, a.start_ns));
+  line("budget at the peak", s.budget_at_peak < 0 ? std::string("none") : bytes(s.budget_at_peak));
   line("offloaded to host", fmt::format("{} in {} ({})", bytes(static_cast<std::int64_t>(s.offloaded_bytes)),
                                         count(s.offloads, "transfer"), format_duration(s.offload_ns)));
   line("prefetched", fmt::format("{} in {} ({})", bytes(static_cast<std::int64_t>(s.prefetched_bytes)),
@@ -66,10 +59,10 @@ void device_section(std::string& out, const timeline& t, const timeline_analysis
   for (const live_block& b : d.top_at_peak) {
     std::string label = t.label_text(b.label);
     if (label.empty()) label = "-";
-    if (b.origin != block_origin::allocated) label += fmt::format(" [{}]", origin_name(b.origin));
+    if (b.origin != block_origin::allocated) label += fmt::format(" [{}]", to_string(b.origin));
     fmt::format_to(std::back_inserter(out), "    {:>3}  {:>11}  {:>11}  {:<16} {:>10}  {}\n", ++rank,
                    bytes(static_cast<std::int64_t>(b.bytes)), bytes(static_cast<std::int64_t>(b.requested)),
-                   to_string(b.category), format_duration(s.peak_t_ns - b.t_alloc_ns), label);
+                   to_string(b.category), format_age(b, s.peak_t_ns), label);
   }
 }
 
@@ -88,6 +81,33 @@ std::string format_duration(std::int64_t ns) {
   if (ns >= 1'000'000) return fmt::format("{:.1f} ms", v / 1e6);
   if (ns >= 1'000) return fmt::format("{:.1f} us", v / 1e3);
   return fmt::format("{} ns", ns);
+}
+
+std::string format_age(const live_block& b, std::int64_t when) {
+  const std::string age = format_duration(when - b.t_alloc_ns);
+  return b.before_recording ? ">= " + age : age;
+}
+
+std::string format_budgets(const std::vector<budget_span>& spans, std::int64_t start_ns, std::size_t max_spans) {
+  auto value = [](std::int64_t b) { return b < 0 ? std::string("none") : bytes(b); };
+  if (spans.empty()) return "none";
+  if (spans.size() == 1) return value(spans.front().bytes);
+  std::string out;
+  const std::size_t shown = std::min(spans.size(), std::max<std::size_t>(max_spans, 2));
+  for (std::size_t i = 0; i < shown; ++i) {
+    const budget_span& s = spans[i];
+    if (i > 0) out += "; ";
+    if (i == 0) {
+      out += fmt::format("{} until {}", value(s.bytes), format_duration(s.to_ns - start_ns));
+    } else if (i + 1 == spans.size()) {
+      out += fmt::format("{} from {}", value(s.bytes), format_duration(s.from_ns - start_ns));
+    } else {
+      out += fmt::format("{} {} to {}", value(s.bytes), format_duration(s.from_ns - start_ns),
+                         format_duration(s.to_ns - start_ns));
+    }
+  }
+  if (shown < spans.size()) out += fmt::format("; ... ({} changes in all)", spans.size() - 1);
+  return out;
 }
 
 std::string to_text_report(const timeline& t, const timeline_analysis& a) {

@@ -10,78 +10,22 @@ namespace {
 
 bool is_allocator_kind(event_kind k) { return k <= event_kind::reclaim; }
 
-/// What tags and runtime events say about a block, for its whole life
-/// (Note [Categories are inferred]: a tag says what a block holds, which is
-/// true from its allocation on).
-struct block_note {
-  std::optional<profiler::category> category;
-  label_id label = 0;
-  block_origin origin = block_origin::allocated;
-};
-
-/// Notes per block of one device: blocks allocated while recording by the
-/// index of their alloc event, blocks of the initial state by address.
-struct block_notes {
-  std::unordered_map<std::size_t, block_note> by_alloc;
-  std::unordered_map<std::uint64_t, block_note> initial;
-
-  block_notes(const timeline& t, std::int16_t device, const initial_device_state* start) {
-    constexpr std::size_t from_start = SIZE_MAX;
-    std::unordered_map<std::uint64_t, std::size_t> live;  // address -> alloc index, or from_start
-    if (start != nullptr) {
-      for (const auto& seg : start->segments) {
-        for (const auto& b : seg.blocks) {
-          if (b.state == block_state::active_allocated) live[b.address] = from_start;
-        }
-      }
-    }
-    for (std::size_t i = 0; i < t.events.size(); ++i) {
-      const event& e = t.events[i];
-      if (e.device != device) continue;
-      if (e.kind == event_kind::alloc) {
-        live[e.address] = i;
-        continue;
-      }
-      if (e.kind == event_kind::free_requested) {
-        live.erase(e.address);
-        continue;
-      }
-      if (e.address == 0) continue;
-      const auto it = live.find(e.address);
-      if (it == live.end()) continue;
-      block_note& n = it->second == from_start ? initial[e.address] : by_alloc[it->second];
-      if (e.kind == event_kind::tag) {
-        n.category = e.category;
-        if (e.label != 0) n.label = e.label;
-      } else if (e.kind == event_kind::prefetch_begin || e.kind == event_kind::prefetch_end) {
-        n.origin = block_origin::prefetched;
-      } else if (e.kind == event_kind::recompute_end) {
-        n.origin = block_origin::recomputed;
-      }
-    }
-  }
-
-  static void apply(const block_note* n, live_block& b) {
-    if (n == nullptr) return;
-    if (n->category) b.category = *n->category;
-    if (n->label != 0) b.label = n->label;
-    b.origin = n->origin;
-  }
-  const block_note* for_alloc(std::size_t i) const {
-    const auto it = by_alloc.find(i);
-    return it == by_alloc.end() ? nullptr : &it->second;
-  }
-  const block_note* for_initial(std::uint64_t address) const {
-    const auto it = initial.find(address);
-    return it == initial.end() ? nullptr : &it->second;
-  }
-};
+/// Applies what the notes say about a block (Note [What a block holds]).
+void apply_note(const block_note* n, live_block& b) {
+  if (n == nullptr) return;
+  if (n->category) b.category = *n->category;
+  if (n->label != 0) b.label = n->label;
+  b.origin = n->origin;
+}
 
 /// The state of one device's memory as events are applied in order.
 class replay {
  public:
-  replay(const initial_device_state* initial, const block_notes& notes) : notes_(notes) {
+  /// start_ns: when recording began (its first event), the age origin of
+  /// the blocks already live then.
+  replay(const initial_device_state* initial, const block_notes& notes, std::int64_t start_ns) : notes_(notes) {
     if (initial == nullptr) return;
+    const std::int16_t device = initial->device;
     sample_.budget = initial->budget;
     for (const segment_snapshot& s : initial->segments) {
       sample_.reserved += static_cast<std::int64_t>(s.total_size);
@@ -92,7 +36,9 @@ class replay {
         lb.bytes = b.size;
         lb.requested = b.requested_size;
         lb.stream = to_underlying(s.stream);
-        block_notes::apply(notes_.for_initial(b.address), lb);
+        lb.t_alloc_ns = start_ns;
+        lb.before_recording = true;
+        apply_note(notes_.for_initial(device, b.address), lb);
         if (lb.category != category::unknown) known_[slot(lb.category)] += static_cast<std::int64_t>(lb.bytes);
         live_.emplace(b.address, lb);
         sample_.allocated += static_cast<std::int64_t>(b.size);
@@ -114,7 +60,7 @@ class replay {
         b.t_alloc_ns = e.t_ns;
         b.category = e.category;
         b.label = e.label;
-        block_notes::apply(notes_.for_alloc(position), b);
+        apply_note(notes_.for_alloc(position), b);
         live_[e.address] = b;
         if (b.category != category::unknown) known_[slot(b.category)] += static_cast<std::int64_t>(b.bytes);
         break;
@@ -213,7 +159,19 @@ class runtime_totals {
   std::map<std::pair<event_kind, std::uint64_t>, std::int64_t> begun_;
 };
 
-device_analysis analyze_device(const timeline& t, std::int16_t device, const analysis_options& opts) {
+/// Extends the last span of `spans` to the sample, or opens a new one when the
+/// budget changed.
+void note_budget(std::vector<budget_span>& spans, const memory_sample& s) {
+  if (spans.empty() || spans.back().bytes != s.budget) {
+    if (!spans.empty()) spans.back().to_ns = s.t_ns;
+    spans.push_back(budget_span{s.t_ns, s.t_ns, s.budget});
+  } else {
+    spans.back().to_ns = s.t_ns;
+  }
+}
+
+device_analysis analyze_device(const timeline& t, const block_notes& notes, std::int16_t device,
+                               const analysis_options& opts) {
   const initial_device_state* initial = nullptr;
   for (const auto& s : t.initial) {
     if (s.device == device) initial = &s;
@@ -221,8 +179,8 @@ device_analysis analyze_device(const timeline& t, std::int16_t device, const ana
   device_analysis out;
   out.device = device;
   device_totals& tot = out.totals;
-  const block_notes notes(t, device, initial);
-  replay r(initial, notes);
+  const std::int64_t start_ns = t.events.empty() ? 0 : t.events.front().t_ns;
+  replay r(initial, notes, start_ns);
   runtime_totals rt;
   std::size_t peak_index = SIZE_MAX;  // index into t.events
   bool first = true;
@@ -244,7 +202,9 @@ device_analysis analyze_device(const timeline& t, std::int16_t device, const ana
         break;
       default: break;
     }
-    if (!r.apply(e, i)) continue;
+    const bool changed = r.apply(e, i);
+    note_budget(tot.budgets, r.sample());
+    if (!changed) continue;
     const memory_sample& s = r.sample();
     out.samples.push_back(s);
     if (peak_index == SIZE_MAX || s.allocated > tot.peak_allocated) {
@@ -252,16 +212,16 @@ device_analysis analyze_device(const timeline& t, std::int16_t device, const ana
       tot.peak_t_ns = s.t_ns;
       tot.at_peak = s.by_category;
       tot.cached_free_at_peak = s.reserved - s.allocated;
+      tot.budget_at_peak = s.budget;
       peak_index = i;
     }
     tot.peak_reserved = std::max(tot.peak_reserved, s.reserved);
     tot.peak_host = std::max(tot.peak_host, s.host);
   }
-  tot.budget = r.sample().budget;
   if (peak_index == SIZE_MAX) return out;
 
   // Second pass up to the peak: what was live there.
-  replay at_peak(initial, notes);
+  replay at_peak(initial, notes, start_ns);
   for (std::size_t i = 0; i <= peak_index; ++i) {
     if (t.events[i].device == device && t.events[i].kind != event_kind::step) at_peak.apply(t.events[i], i);
   }
@@ -299,7 +259,8 @@ timeline_analysis analyze(const timeline& t, const analysis_options& opts) {
     }
   }
   std::sort(devices.begin(), devices.end());
-  for (std::int16_t d : devices) a.devices.push_back(analyze_device(t, d, opts));
+  const block_notes notes(t);
+  for (std::int16_t d : devices) a.devices.push_back(analyze_device(t, notes, d, opts));
   return a;
 }
 

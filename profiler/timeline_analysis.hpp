@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "profiler/block_notes.hpp"
 #include "profiler/timeline.hpp"
 
 namespace tp::profiler {
@@ -43,19 +44,24 @@ struct memory_sample {
   std::int64_t budget = -1;   ///< -1: none
 };
 
-/// Where a live block's contents came from.
-enum class block_origin : std::uint8_t { allocated, prefetched, recomputed };
-
 /// A block allocated and not yet freed.
 struct live_block {
   std::uint64_t address = 0;
   std::uint64_t bytes = 0;
   std::uint64_t requested = 0;
   std::uint64_t stream = 0;
-  std::int64_t t_alloc_ns = 0;
+  std::int64_t t_alloc_ns = 0;  ///< for a block live when recording began: the recording's start
+  bool before_recording = false;  ///< live when recording began: its age is at least the recording's
   profiler::category category = category::unknown;
   label_id label = 0;
   block_origin origin = block_origin::allocated;
+};
+
+/// A budget in force over a stretch of a recording: [from_ns, to_ns].
+struct budget_span {
+  std::int64_t from_ns = 0;
+  std::int64_t to_ns = 0;
+  std::int64_t bytes = -1;  ///< -1: none
 };
 
 /// Figures over a whole recording of one device.
@@ -66,7 +72,11 @@ struct device_totals {
   std::int64_t peak_t_ns = 0;
   std::int64_t peak_reserved = 0;
   std::int64_t peak_host = 0;
-  std::int64_t budget = -1;  ///< the last budget; -1: none
+  /// The budget over time, from the device's first event to its last: a new
+  /// span at each change (a budget set, lifted or changed by a tp.budget
+  /// block), in order. Never empty once the device has an event.
+  std::vector<budget_span> budgets;
+  std::int64_t budget_at_peak = -1;  ///< the budget in force at peak_t_ns; -1: none
   std::array<std::int64_t, category_count> at_peak{};  ///< by category at peak_t_ns
   std::int64_t cached_free_at_peak = 0;
   std::uint64_t allocs = 0, segment_allocs = 0, segment_frees = 0, ooms = 0, reclaims = 0;

@@ -496,8 +496,16 @@ class budget:
         # ending it never replaces the block's own exception.
         self._remove_hooks()
         _active = None
+        ext = tp._load_ext()
+        tracker = self._tracker
+        if tracker is not None and tracker.unpacked:
+            ext.timeline_step(tracker.steps)  # the last iteration's end (Note [One step per iteration])
+        if self.timeline is not None:
+            # The block's timeline is the block's: what ending the session
+            # brings back, with the budget lifted, is not part of it.
+            tp.stop_timeline()
         try:
-            lost = tp._load_ext().budget_end(self._previous)
+            lost = ext.budget_end(self._previous)
             if lost:
                 warnings.warn(f"tensorpager.budget: {lost}", RuntimeWarning, stacklevel=2)
         except Exception:
@@ -505,7 +513,6 @@ class budget:
                 raise
         finally:
             if self.timeline is not None:
-                tp.stop_timeline()
                 if exc_type is None:
                     tp.dump_timeline(self.timeline)
                 else:

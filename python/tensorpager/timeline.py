@@ -17,9 +17,18 @@ change to the model or the loop:
   count as ``optimizer_state``; after the step the parameters, their
   gradients and the optimizer's state tensors are tagged with what they are
   (the tag re-labels those blocks for their whole life), and a step boundary
-  is recorded;
+  is recorded, unless a budget's runtime records them (Note [One step per
+  iteration]);
 * the first forward of each outermost module tags its parameters and
   buffers as ``parameter``.
+
+Note [One step per iteration]
+  A recording has one step boundary per training iteration. Without a budget
+  the optimizer's post-hook records it, after ``step()``. Inside ``tp.budget``
+  the runtime records it, at the first forward of the next iteration (its
+  policies plan from the step it saw), and the block records the last one when
+  it ends; the optimizer hook then records none, or every iteration would
+  count twice.
 
 Everything else is ``unknown``. The phase and the running module are one
 per process, as the allocator's context is: with several threads running
@@ -162,7 +171,11 @@ class _PhaseTracker:
             for key, value in state.items():
                 if hasattr(value, "untyped_storage") and value.dim() > 0:
                     self._tag(value, "optimizer_state", f"{name} {kind}.{key}" if name else f"{kind}.{key}")
-        self._ext.timeline_step(_next_step())
+        # Note [One step per iteration]: under a budget the runtime records
+        # the boundaries (it needs them for its policies); recording one here
+        # too would count every iteration twice.
+        if not self._ext.timeline_runtime_steps():
+            self._ext.timeline_step(_next_step())
         self._set("unknown")
 
 

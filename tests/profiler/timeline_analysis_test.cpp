@@ -7,9 +7,12 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "profiler/text_report.hpp"
 #include "profiler/timeline_analysis.hpp"
 #include "profiler_test_support.hpp"
 
@@ -81,6 +84,105 @@ TEST(TimelineAnalysis, BlocksAllocatedBeforeRecordingAreUnknownButCounted) {
   EXPECT_EQ(d.samples.back().by_category[0], 0);
   rig.alloc.deallocate(late);
   rig.alloc.set_trace(&rig.recorder);
+}
+
+TEST(TimelineAnalysis, BlocksFromBeforeTheRecordingAreAsOldAsItAndTakeTags) {
+  recorded_rig rig;
+  rig.alloc.set_trace(nullptr);
+  rig.clk.advance(1'000'000'000'000);  // the clock's origin is long before recording (a process's start)
+  void* weight = rig.alloc.allocate(4 * MiB);
+  event_log log(rig.clk);
+  log.add_initial(initial_device_state{0, rig.alloc.snapshot(), -1});
+  rig.alloc.set_trace(&log.open_allocator_recorder(0));
+  rig.tick();
+  event tag;
+  tag.kind = event_kind::tag;
+  tag.address = reinterpret_cast<std::uintptr_t>(weight);
+  tag.category = category::parameter;
+  tag.label = log.intern("fc.weight (parameter)");
+  log.record(tag);
+  rig.tick();
+  void* act = rig.alloc.allocate(1 * MiB);
+  rig.tick();
+  const timeline t = log.snapshot();
+  const timeline_analysis a = analyze(t);
+  const device_analysis& d = a.devices.at(0);
+  ASSERT_EQ(d.top_at_peak.size(), 2u);
+  const live_block& w = d.top_at_peak[0];
+  EXPECT_TRUE(w.before_recording);
+  EXPECT_EQ(w.category, category::parameter);
+  EXPECT_EQ(t.label_text(w.label), "fc.weight (parameter)");
+  // Its age is counted from the recording's first event, not the clock's origin.
+  EXPECT_LE(d.totals.peak_t_ns - w.t_alloc_ns, a.end_ns - a.start_ns);
+  EXPECT_FALSE(d.top_at_peak[1].before_recording);
+  EXPECT_EQ(format_age(w, d.totals.peak_t_ns).rfind(">= ", 0), 0u);
+  rig.alloc.set_trace(nullptr);
+  rig.alloc.deallocate(act);
+  rig.alloc.deallocate(weight);
+  rig.alloc.set_trace(&rig.recorder);
+}
+
+TEST(TimelineAnalysis, ARestoredBlockHoldsWhatItsTensorHeldBeforeTheEviction) {
+  recorded_rig rig;
+  event_log& log = rig.log;
+  log.set_context({category::activation, log.intern("relu (ReLU)")});
+  void* act = rig.alloc.allocate(2 * MiB);
+  rig.tick();
+  event evict = runtime_event(event_kind::eviction, 7, 2 * MiB, reinterpret_cast<std::uintptr_t>(act));
+  log.record(evict);
+  rig.alloc.deallocate(act);
+  rig.tick();
+  // Backward: the context is "gradient" when the runtime brings tensor 7 back.
+  log.set_context({category::gradient, log.intern("backward")});
+  void* back = rig.alloc.allocate(2 * MiB);
+  log.record(runtime_event(event_kind::prefetch_begin, 7, 2 * MiB, reinterpret_cast<std::uintptr_t>(back)));
+  rig.tick();
+  log.record(runtime_event(event_kind::prefetch_end, 7, 2 * MiB, reinterpret_cast<std::uintptr_t>(back)));
+  void* grad = rig.alloc.allocate(1 * MiB);  // a real gradient, made in the same context
+  rig.tick();
+  const timeline t = log.snapshot();
+  const timeline_analysis a = analyze(t);
+  const device_analysis& d = a.devices.at(0);
+  const memory_sample& last = d.samples.back();
+  EXPECT_EQ(last.by_category[static_cast<std::size_t>(category::activation)], static_cast<std::int64_t>(2 * MiB));
+  EXPECT_EQ(last.by_category[static_cast<std::size_t>(category::gradient)], static_cast<std::int64_t>(1 * MiB));
+  const auto restored = std::find_if(d.top_at_peak.begin(), d.top_at_peak.end(),
+                                     [&](const live_block& b) { return b.address == reinterpret_cast<std::uintptr_t>(back); });
+  ASSERT_NE(restored, d.top_at_peak.end());
+  EXPECT_EQ(restored->category, category::activation);
+  EXPECT_EQ(restored->origin, block_origin::prefetched);
+  EXPECT_EQ(t.label_text(restored->label), "relu (ReLU)");
+  rig.alloc.deallocate(back);
+  rig.alloc.deallocate(grad);
+}
+
+TEST(TimelineAnalysis, TheBudgetIsTheOneInForceOverTime) {
+  recorded_rig rig;
+  void* a = rig.alloc.allocate(1 * MiB);
+  rig.tick();
+  rig.alloc.set_budget(8 * MiB);
+  rig.tick();
+  void* b = rig.alloc.allocate(4 * MiB);  // the peak, under the budget
+  rig.tick();
+  rig.alloc.deallocate(b);
+  rig.alloc.set_budget(std::nullopt);  // the block ended: the budget is lifted
+  rig.tick();
+  rig.alloc.deallocate(a);
+  const timeline_analysis an = analyze(rig.log.snapshot());
+  const device_totals& t = an.devices.at(0).totals;
+  ASSERT_EQ(t.budgets.size(), 3u);
+  EXPECT_EQ(t.budgets[0].bytes, -1);
+  EXPECT_EQ(t.budgets[1].bytes, static_cast<std::int64_t>(8 * MiB));
+  EXPECT_EQ(t.budgets[2].bytes, -1);
+  EXPECT_EQ(t.budgets[0].to_ns, t.budgets[1].from_ns);
+  EXPECT_EQ(t.budgets[1].to_ns, t.budgets[2].from_ns);
+  EXPECT_EQ(t.budget_at_peak, static_cast<std::int64_t>(8 * MiB));
+  const std::string text = format_budgets(t.budgets, an.start_ns);
+  EXPECT_NE(text.find("none until"), std::string::npos) << text;
+  EXPECT_NE(text.find("8.00 MiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("none from"), std::string::npos) << text;
+  EXPECT_EQ(format_budgets({budget_span{0, 5, 1024}}, 0), "1.00 KiB");
+  EXPECT_EQ(format_budgets({}, 0), "none");
 }
 
 TEST(TimelineAnalysis, RuntimeTotalsMatchBeginsToEnds) {
