@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/format_bytes.hpp"
+#include "core/xml_escape.hpp"
 #include "profiler/json_writer.hpp"
 #include "profiler/svg_plot.hpp"
 #include "profiler/text_report.hpp"
@@ -64,7 +65,7 @@ std::string bytes(std::int64_t b) { return b < 0 ? std::string("none") : format_
 
 void card(std::string& out, std::string_view key, const std::string& value) {
   fmt::format_to(std::back_inserter(out), "<div class=\"card\"><div class=\"v\">{}</div><div class=\"k\">{}</div></div>\n",
-                 html_escape(value), html_escape(key));
+                 xml_escape(value), xml_escape(key));
 }
 
 void write_data(std::string& out, const timeline& t, const timeline_analysis& a,
@@ -145,7 +146,7 @@ void device_section(std::string& out, const timeline& t, const timeline_analysis
                     const std::vector<memory_sample>& series) {
   const device_analysis& dev = a.devices[d];
   const device_totals& s = dev.totals;
-  fmt::format_to(std::back_inserter(out), "<h2>{}</h2>\n<div class=\"cards\">\n", html_escape(device_display_name(t, dev.device)));
+  fmt::format_to(std::back_inserter(out), "<h2>{}</h2>\n<div class=\"cards\">\n", xml_escape(device_display_name(t, dev.device)));
   card(out, "peak allocated", bytes(s.peak_allocated));
   card(out, "peak reserved", bytes(s.peak_reserved));
   card(out, "budget at the peak", bytes(s.budget_at_peak));
@@ -158,7 +159,7 @@ void device_section(std::string& out, const timeline& t, const timeline_analysis
   card(out, "out of memory", std::to_string(s.ooms));
   out += "</div>\n";
   fmt::format_to(std::back_inserter(out), "<p class=\"note\">Budget over time: {}</p>\n",
-                 html_escape(format_budgets(s.budgets, a.start_ns)));
+                 xml_escape(format_budgets(s.budgets, a.start_ns)));
 
   svg_plot_options o;
   o.t0_ns = a.start_ns;
@@ -202,8 +203,8 @@ void device_section(std::string& out, const timeline& t, const timeline_analysis
                    "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td>"
                    "<td class=\"n\">{}</td></tr>\n",
                    ++rank, bytes(static_cast<std::int64_t>(b.bytes)), bytes(static_cast<std::int64_t>(b.requested)),
-                   to_string(b.category), html_escape(label.empty() ? "-" : label),
-                   html_escape(format_age(b, s.peak_t_ns)));
+                   to_string(b.category), xml_escape(label.empty() ? "-" : label),
+                   xml_escape(format_age(b, s.peak_t_ns)));
   }
   out += "</table>\n";
 }
@@ -218,12 +219,12 @@ std::string to_html(const timeline& t, const html_options& o) {
   for (const device_analysis& d : a.devices) series.push_back(downsample(d.samples, o.max_points));
 
   std::string out = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>";
-  out += html_escape(o.title);
+  out += xml_escape(o.title);
   out += "</title>\n<style>";
   out += style;
   out += "</style>\n</head>\n<body>\n";
   fmt::format_to(std::back_inserter(out), "<h1>{}</h1>\n<div class=\"sub\">{} event{} over {}, {} step{}</div>\n",
-                 html_escape(o.title), a.events, a.events == 1 ? "" : "s", format_duration(a.end_ns - a.start_ns),
+                 xml_escape(o.title), a.events, a.events == 1 ? "" : "s", format_duration(a.end_ns - a.start_ns),
                  a.steps_ns.size(), a.steps_ns.size() == 1 ? "" : "s");
   if (a.dropped > 0) {
     fmt::format_to(std::back_inserter(out),

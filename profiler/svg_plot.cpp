@@ -98,21 +98,6 @@ const char* category_colour(category c) {
   return "#9c9c9c";
 }
 
-std::string html_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 std::string render_svg_plot(const std::vector<memory_sample>& samples, const device_totals& totals,
                             const std::vector<std::int64_t>& steps_ns, const svg_plot_options& o) {

@@ -35,7 +35,5 @@ struct svg_plot_options {
 std::string render_svg_plot(const std::vector<memory_sample>& samples, const device_totals& totals,
                             const std::vector<std::int64_t>& steps_ns, const svg_plot_options& o);
 
-/// text with &, <, >, " and ' escaped for HTML text and attributes. Pure.
-std::string html_escape(std::string_view text);
 
 }  // namespace tp::profiler

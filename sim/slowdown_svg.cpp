@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/xml_escape.hpp"
+
 namespace tp::sim {
 namespace {
 
@@ -12,19 +14,6 @@ constexpr int width = 720, height = 440;
 constexpr int left = 70, right = 160, top = 50, bottom = 60;
 constexpr const char* colours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"};
 
-std::string escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -47,7 +36,7 @@ std::string render_slowdown_svg(const sweep_result& s, const std::string& title)
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
       "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
       width, height, width, height);
-  svg += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"15\">{}</text>\n", left, escape(title));
+  svg += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"15\">{}</text>\n", left, xml_escape(title));
   // Axes, grid and tick labels.
   const int ticks = 5;
   for (int i = 0; i <= ticks; ++i) {
