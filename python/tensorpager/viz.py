@@ -62,7 +62,7 @@ def load(path: str) -> dict[str, Any]:
         return saved
     if isinstance(data, dict) and "device_traces" in data:
         return from_torch_snapshot(data)
-    raise ValueError(f"{path}: holds neither a tensorpager timeline nor a PyTorch memory snapshot. {READS}")
+    raise ValueError(f"{path}: not a tensorpager timeline nor a PyTorch memory snapshot. {READS}")
 
 
 def from_torch_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
