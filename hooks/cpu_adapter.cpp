@@ -165,7 +165,11 @@ allocator_stats cpu_adapter::memory_stats() { return allocator_.stats(); }
 
 std::vector<segment_snapshot> cpu_adapter::segments() { return allocator_.snapshot(); }
 
-void cpu_adapter::change_budget(std::optional<std::size_t> bytes) { allocator_.set_budget(bytes); }
+void cpu_adapter::change_budget(std::optional<std::size_t> bytes) {
+  // The same refusal as the budget key's (0 bytes, more than the device).
+  if (bytes) (void)memory_budget{*bytes}.resolve_for_device(device_.memory().total_bytes, simulated_device_name);
+  allocator_.set_budget(bytes);
+}
 
 std::optional<std::size_t> cpu_adapter::budget_bytes() { return allocator_.budget(); }
 

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <c10/core/Allocator.h>
@@ -36,6 +37,9 @@
 #include "profiler/allocator_recorder.hpp"
 
 namespace tp::hooks {
+
+/// How budget errors name the cpu adapter's device.
+inline constexpr std::string_view simulated_device_name = "the simulated device behind the cpu adapter";
 
 /// A c10::Allocator for DeviceType::CPU over one tp::caching_allocator and a
 /// tp::simulated_device of config::sim_capacity bytes, on its default stream.

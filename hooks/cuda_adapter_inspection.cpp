@@ -196,6 +196,11 @@ std::vector<segment_snapshot> cuda_adapter::segments() {
 
 void cuda_adapter::change_budget(std::optional<std::size_t> bytes) {
   std::lock_guard lock(open_mutex_);
+  if (bytes) {  // the same refusal as the budget key's (0 bytes, more than the device), before any change
+    for (std::size_t i = 0; i < states_.size(); ++i) {
+      if (states_[i]) (void)memory_budget{*bytes}.resolve_for_device(states_[i]->total_bytes, "CUDA device " + std::to_string(i));
+    }
+  }
   std::vector<std::pair<caching_allocator*, std::optional<std::size_t>>> changed;
   try {
     for (const auto& state : states_) {

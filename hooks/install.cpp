@@ -13,6 +13,7 @@
 #include "config/config.hpp"
 #include "hooks/cpu_adapter.hpp"
 #include "hooks/installed_adapter.hpp"
+#include "hooks/output_path.hpp"
 #include "hooks/runtime/budget_api.hpp"
 #include "hooks/profiler_glue.hpp"
 #include "hooks/tensorpager.hpp"
@@ -101,10 +102,12 @@ void install(const std::string& conf) {
                            ". Change the budget with set_budget(), or (device:cpu) uninstall() first");
   }
   if (cfg.device == tp::device_kind::cpu && cfg.budget) {
-    (void)cfg.budget->resolve_for_device(cfg.sim_capacity, "the simulated device behind the cpu adapter");
+    (void)cfg.budget->resolve_for_device(cfg.sim_capacity, tp::hooks::simulated_device_name);
   }
   warn_inert_settings(cfg);
   tp::hooks::check_timeline_config(cfg);
+  tp::hooks::check_output_path("timeline:", cfg.timeline, /*timeline_format=*/true);
+  tp::hooks::check_output_path("record_trace:", cfg.record_trace, /*timeline_format=*/false);
   tp::hooks::event_log_attachable* recordable = nullptr;
   if (cfg.device == tp::device_kind::cpu) {
     tp::hooks::cpu_adapter& adapter = tp::hooks::cpu_adapter::create(cfg);

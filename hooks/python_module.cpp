@@ -33,6 +33,7 @@
 #include "core/errors.hpp"
 #include "config/config.hpp"
 #include "hooks/optim/optim_bindings.hpp"
+#include "hooks/output_path.hpp"
 #include "hooks/profiler_glue.hpp"
 #include "hooks/runtime/runtime_bindings.hpp"
 #include "hooks/tensorpager.hpp"
@@ -155,6 +156,10 @@ PYBIND11_MODULE(_C, m) {
         py::call_guard<py::gil_scoped_release>(),
         "Opens CUDA device `ordinal` through the installed CUDA adapter's driver and returns its name.");
   m.def("device_kind", &tensorpager::device_kind, "'cpu' or 'cuda': the installed adapter's device.");
+  m.def("check_output_path", &tp::hooks::check_output_path, py::arg("what"), py::arg("path"),
+        py::arg("timeline_format"),
+        "ValueError naming what and path when the file could not be written later: its folder is missing or not "
+        "writable, it is a folder, or (timeline_format) its extension names no timeline format.");
   m.def("config_keys", &config_key_list,
         "Every configuration key, in documentation order: dicts of name, kind, accepted, default, description.");
   tp::hooks::register_optim(m);  // AdamA and the activation codec (optim_bindings.hpp)

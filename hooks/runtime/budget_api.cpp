@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <iomanip>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -111,9 +113,17 @@ void session_step() {
     const auto peak = static_cast<double>(control.memory_stats().reserved_bytes.all().peak);
     const auto bytes = static_cast<std::size_t>(std::floor(*ratio * peak));
     if (bytes == 0) {
-      throw invalid_argument("tensorpager: budget ratio " + std::to_string(*ratio) +
-                             " of the first step's peak (" + std::to_string(static_cast<long long>(peak)) +
-                             " bytes) is 0 bytes; the first step allocated nothing through tensorpager");
+      // A ratio too small for the peak, or a step that allocated nothing
+      // through tensorpager: say which, with the figure that would work.
+      std::ostringstream m;
+      m << std::setprecision(3) << "tensorpager: budget ratio " << *ratio << " of the first step's peak";
+      if (peak > 0) {
+        m << " of " << static_cast<long long>(peak) << " bytes rounds to 0 bytes; the smallest usable ratio is "
+          << 1.0 / peak << " (one byte), and a useful one is far larger (0.5 to 0.9 of the peak)";
+      } else {
+        m << ": the first step allocated nothing through tensorpager (a peak of 0 bytes); give the budget in bytes";
+      }
+      throw invalid_argument(m.str());
     }
     control.release_cache();  // reserved-but-free memory must not stand in the way of the budget
     const auto in_use = control.memory_stats().reserved_bytes.all().current;

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import sys
 
-from tensorpager import _conf, _keys, _sizes
+from tensorpager import _budget_value, _conf, _keys, _sizes
 from tensorpager._runtime import budget, step
 
 TYPE_CHECKING = False
@@ -211,56 +211,12 @@ def memory_summary() -> str:
 
 
 def _budget_bytes(value: int | float | str | None) -> int | None:
-    """Turns a set_budget() argument into bytes, or None for no budget."""
-    accepted = (
-        "None or 'none' (no budget); an int number of bytes > 0; a size string ("
-        + _sizes.ACCEPTED_SIZE_FORMS
-        + "); or a ratio of the device's memory in (0, 1] as a float or a string with a"
-        " decimal point (0.6, '1.0')"
-    )
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise TypeError(f"set_budget({value!r}): a bool is not a budget. Accepted: {accepted}")
-    ratio: float | None = None
-    if isinstance(value, int):
-        if value <= 0:
-            raise ValueError(f"set_budget({value!r}): a budget must be > 0 bytes. Accepted: {accepted}")
-        return value
-    if isinstance(value, float):
-        if not 0.0 < value <= 1.0:
-            raise ValueError(f"set_budget({value!r}): a ratio must be in (0, 1]. Accepted: {accepted}")
-        ratio = value
-    elif isinstance(value, str):
-        text = value.strip()
-        if text.lower() == "none":
-            return None
-        if _sizes.looks_like_ratio(text):
-            ratio = _sizes.parse_ratio(text)
-            if ratio is None:
-                raise ValueError(
-                    f"set_budget({value!r}): a ratio must be in (0, 1]; for a size add a unit"
-                    f" (e.g. {text}GiB). Accepted: {accepted}"
-                )
-        elif text in ("0", "1"):
-            raise ValueError(
-                f"set_budget({value!r}) is ambiguous: write 1.0 for the whole device, or a size"
-                f" with a unit such as 12GiB. Accepted: {accepted}"
-            )
-        else:
-            try:
-                n = _sizes.parse_size(text)
-            except ValueError as e:
-                raise ValueError(f"set_budget({value!r}): {e}") from None
-            if n == 0:
-                raise ValueError(f"set_budget({value!r}): a budget must be > 0 bytes. Accepted: {accepted}")
-            return n
-    else:
-        raise TypeError(
-            f"set_budget({value!r}): expected int, float, str or None, not"
-            f" {type(value).__name__}. Accepted: {accepted}"
-        )
-    return int(ratio * _device_total_bytes())
+    """Turns a set_budget() argument into bytes, or None for no budget (_budget_value.py)."""
+    checked = _budget_value.check(value, "tensorpager.set_budget")
+    if not isinstance(checked, float):
+        return checked
+    return _budget_value.ratio_bytes(checked, _device_total_bytes(), "tensorpager.set_budget",
+                                     "the device's memory")
 
 
 def _device_total_bytes() -> int:

@@ -16,6 +16,12 @@ Note [Start-up hook]
      with ``TENSORPAGER_CONF``: after torch is usable, before user code can
      allocate anything.
 
+  Before step 1, when tensorpager is the backend, PyTorch's own entries of
+  those variables are checked (Note [Checking PyTorch's entries] in
+  ``_torch_alloc_conf.py``): a variable PyTorch could not read, or with a key
+  neither tensorpager nor PyTorch knows, is taken out of the environment and
+  ``import torch`` raises ValueError naming it, before torch runs.
+
   ``TENSORPAGER_DISABLE=1`` keeps step 1's clean-up of PyTorch's variables (so
   PyTorch runs with its own allocator) and skips everything else.
 
@@ -33,7 +39,7 @@ from __future__ import annotations
 
 import sys
 
-from tensorpager import _conf, _keys
+from tensorpager import _conf, _keys, _torch_alloc_conf
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,9 +56,13 @@ def _notice(line: str) -> None:
 def activate(environ: MutableMapping[str, str]) -> None:
     """Runs Note [Start-up hook] against environ (normally ``os.environ``)."""
     global origin
+    refused = None if _conf.is_disabled(environ) else _torch_alloc_conf.take_unreadable(environ)
     before = {var: environ.get(var) for var in _keys.ENV_ALLOC_CONFS}
     for line in _conf.move_alloc_conf_keys(environ):
         _notice(line)
+    if refused is not None:
+        watch_import("torch", lambda: _refuse(*refused), before=True)
+        return
     if _conf.is_disabled(environ) or _keys.ENV_CONF not in environ:
         return
     moved_from = [var for var, value in before.items() if environ.get(var) != value]
@@ -62,6 +72,13 @@ def activate(environ: MutableMapping[str, str]) -> None:
         install_from_environment(environ)
     else:
         watch_import("torch", lambda: install_from_environment(environ))
+
+
+def _refuse(var: str, message: str) -> None:
+    raise ValueError(
+        f"tensorpager: {message}\ntensorpager: {var} was taken out of the environment so that PyTorch"
+        f" does not read it; fix it, or set {_keys.ENV_DISABLE}=1 to run with PyTorch's own allocator."
+    )
 
 
 def install_from_environment(environ: MutableMapping[str, str]) -> None:
@@ -94,9 +111,10 @@ class _ImportWatcher:
     before they import it.
     """
 
-    def __init__(self, name: str, callback: Callable[[], None]) -> None:
+    def __init__(self, name: str, callback: Callable[[], None], before: bool = False) -> None:
         self._name = name
         self._callback = callback
+        self._before = before
         self._fired = False
 
     def find_spec(self, fullname, path=None, target=None):  # noqa: ANN001, ANN201 (importlib's protocol)
@@ -111,7 +129,7 @@ class _ImportWatcher:
             if spec is not None:
                 break
         if spec is not None and hasattr(spec.loader, "exec_module"):
-            _run_after_exec(spec.loader, self._fire)
+            _run_after_exec(spec.loader, self._fire, before=self._before)
         return spec
 
     def _fire(self) -> None:
@@ -125,18 +143,23 @@ class _ImportWatcher:
         self._callback()
 
 
-def _run_after_exec(loader: object, callback: Callable[[], None]) -> None:
+def _run_after_exec(loader: object, callback: Callable[[], None], before: bool = False) -> None:
+    """Runs callback once loader has executed its module (before: instead of executing it
+    when callback raises, else before executing it)."""
     original = loader.exec_module  # type: ignore[attr-defined]
 
     def exec_module(module: object) -> None:
         try:
+            if before:
+                callback()
             original(module)
         finally:
             try:
                 del loader.exec_module  # type: ignore[attr-defined]
             except AttributeError:
                 pass
-        callback()
+        if not before:
+            callback()
 
     try:
         loader.exec_module = exec_module  # type: ignore[attr-defined]
@@ -145,6 +168,7 @@ def _run_after_exec(loader: object, callback: Callable[[], None]) -> None:
                 f" tensorpager.install() after 'import torch'")
 
 
-def watch_import(name: str, callback: Callable[[], None]) -> None:
-    """Runs callback once, right after module name is first imported."""
-    sys.meta_path.insert(0, _ImportWatcher(name, callback))
+def watch_import(name: str, callback: Callable[[], None], *, before: bool = False) -> None:
+    """Runs callback once, right after module name is first imported (before: right before
+    its code runs, so that an exception from callback is what the import raises)."""
+    sys.meta_path.insert(0, _ImportWatcher(name, callback, before))

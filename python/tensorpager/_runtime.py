@@ -50,7 +50,7 @@ import time
 import weakref
 from functools import partial
 
-from tensorpager import _sizes
+from tensorpager import _budget_value, _sizes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -431,6 +431,7 @@ class budget:
     def __init__(self, size: int | float | str | None = None, *, policy: str | None = None,
                  timeline: str | None = None, prefetch: bool = True, recompute: bool = True,
                  segment_depth: int = 1) -> None:
+        _budget_value.check_block_arguments(size, timeline)  # hostile values and bad paths fail here, not at exit
         self.bytes: int | None = None
         self.ratio: float | None = None
         if isinstance(size, bool):

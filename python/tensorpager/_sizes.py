@@ -96,7 +96,8 @@ def parse_size(text: str) -> int:
     trimmed = text.strip(_BLANKS)
 
     def fail(problem: str) -> ValueError:
-        return ValueError(f"'{text}' is not a size: {problem}. Accepted: {ACCEPTED_SIZE_FORMS}")
+        shown = text if len(text) <= 80 else f"{text[:80]}... ({len(text)} characters)"
+        return ValueError(f"'{shown}' is not a size: {problem}. Accepted: {ACCEPTED_SIZE_FORMS}")
 
     if not trimmed:
         raise fail("the size is empty")
@@ -120,9 +121,12 @@ def parse_size(text: str) -> int:
         multiplier = found
     elif fraction:
         raise fail("a number with a decimal point needs a unit to be a size (bytes are whole)")
+    if len(whole.lstrip("0")) > len(str(_SIZE_MAX)):  # before int(): Python caps its digits
+        raise fail("the size is too large")
     # floor(whole.fraction * multiplier), exactly, in integers.
     value = int(whole) * multiplier
     if fraction:
+        fraction = fraction[:40]  # digits past the 40th move no byte of a 64-bit size
         value += int(fraction) * multiplier // 10 ** len(fraction)
     if value > _SIZE_MAX:
         raise fail("the size is too large")

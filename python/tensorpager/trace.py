@@ -81,6 +81,9 @@ class TraceRecorder:
         self.path = os.fspath(path)
         if not self.path:
             raise ValueError("record_trace: the path is empty; give a file to write the trace to")
+        from tensorpager import _ext
+
+        _ext.load().check_output_path("record_trace: ", self.path, False)  # fails now, not after the run
         self.compute_scale = float(compute_scale)
         self._names = {id(m): n for n, m in model.named_modules()} if model is not None else {}
         self._ids: dict[int, int] = {}  # live storage (its _cdata) -> trace id
@@ -292,4 +295,14 @@ def record_trace(path: str | os.PathLike[str], *, compute_scale: float = 1.0, mo
 def start_from_config(path: str) -> None:
     """The ``record_trace:path`` key: records from now until interpreter exit."""
     recorder = TraceRecorder(path).start()
-    atexit.register(recorder.stop)
+    atexit.register(_stop_at_exit, recorder)
+
+
+def _stop_at_exit(recorder: TraceRecorder) -> None:
+    """Writes the record_trace key's trace at exit: a failure is one line on stderr, not a traceback."""
+    try:
+        recorder.stop()
+    except Exception as e:  # noqa: BLE001 (exit: report, never raise)
+        import sys
+
+        sys.stderr.write(f"tensorpager: could not write the trace to {recorder.path}: {e}\n")

@@ -27,6 +27,13 @@ if TYPE_CHECKING:
 _FORMAT = "tensorpager.timeline"
 _FIELDS = ["t_ns", "kind", "category", "device", "stream", "address", "bytes", "id", "detail",
            "allocated_bytes", "reserved_bytes", "host_bytes", "label"]
+#: What ``load`` reads, for error messages.
+READS = (
+    "tensorpager.viz reads a .json or .pickle timeline written by tensorpager (tp.dump_timeline,"
+    " the timeline key) or a PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot);"
+    " .html and .txt are outputs only"
+)
+
 _TRACE_ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom")
 
 
@@ -40,10 +47,14 @@ def load(path: str) -> dict[str, Any]:
     with open(path, "rb") as f:
         head = f.read(2)
         f.seek(0)
-        if head[:1] == b"\x80":
-            data = pickle.load(f)  # noqa: S301 (the user's own file, as torch's own tools do)
-        else:
-            data = json.load(f)
+        try:
+            if head[:1] == b"\x80":
+                data = pickle.load(f)  # noqa: S301 (the user's own file, as torch's own tools do)
+            else:
+                data = json.load(f)
+        except Exception as e:  # noqa: BLE001 (any decoding failure means: not a file we read)
+            kind = "pickle" if head[:1] == b"\x80" else "JSON"
+            raise ValueError(f"{path}: cannot be read as {kind} ({type(e).__name__}: {e}). {READS}") from None
     if isinstance(data, dict) and isinstance(data.get("tensorpager"), dict):
         saved = data["tensorpager"]
         if saved.get("format") != _FORMAT:
@@ -51,10 +62,7 @@ def load(path: str) -> dict[str, Any]:
         return saved
     if isinstance(data, dict) and "device_traces" in data:
         return from_torch_snapshot(data)
-    raise ValueError(
-        f"{path}: not a tensorpager timeline (.json or .pickle written by tensorpager) nor a PyTorch"
-        " memory snapshot (a dict with 'device_traces')"
-    )
+    raise ValueError(f"{path}: not a tensorpager timeline nor a PyTorch memory snapshot. {READS}")
 
 
 def from_torch_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:

@@ -103,10 +103,15 @@ def test_config_error_raises_at_torch_import_naming_input_and_origin(
     assert "TENSORPAGER_DISABLE=1" in proc.stderr
 
 
-def test_unknown_keys_in_pytorchs_variable_are_left_to_pytorch() -> None:
+def test_unknown_keys_in_pytorchs_variable_are_refused_before_torch_reads_them() -> None:
+    # Issue 17 item 13: PyTorch reported them only at CUDA initialisation, so
+    # without CUDA a typo went unnoticed (Note [Checking PyTorch's entries]).
     env = clean_env(PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager,budgit:1GiB")
-    proc = run_python("import os; print(os.environ['PYTORCH_CUDA_ALLOC_CONF'])", env=env, hook=True)
-    assert proc.stdout.strip() == "budgit:1GiB"  # PyTorch reports it at CUDA initialisation
+    proc = run_python("import os; print(os.environ.get('PYTORCH_CUDA_ALLOC_CONF'))\nimport torch", env=env,
+                      hook=True, check=False)
+    assert proc.stdout.strip() == "None"  # taken out: torch never reads it
+    assert proc.returncode == 1
+    assert "ValueError: tensorpager: PYTORCH_CUDA_ALLOC_CONF: in 'budgit:1GiB': unknown key 'budgit'" in proc.stderr
 
 
 def test_config_error_does_not_break_programs_without_torch() -> None:
