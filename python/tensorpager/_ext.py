@@ -85,7 +85,7 @@ def load() -> ModuleType:
     except BaseException:
         del sys.modules[_MODULE_NAME]
         raise
-    import tensorpager
-
-    tensorpager._C = module  # as a normal import of a submodule would
+    package = sys.modules.get("tensorpager")
+    if package is not None:
+        package._C = module  # as a normal import of a submodule would
     return module

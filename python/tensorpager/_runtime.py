@@ -50,7 +50,8 @@ import time
 import weakref
 from functools import partial
 
-from tensorpager import _budget_value, _sizes
+from tensorpager import _budget_value, _install, _replay, _sizes
+from tensorpager import timeline as _timeline
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -73,168 +74,10 @@ def step() -> None:
         _active._tracker.step()
 
 
-def _storage_key(t: Any) -> int | None:
-    # Never t.untyped_storage(): the Python storage object it creates is kept
-    # alive by the storage itself and counts as a holder, so the storage
-    # could never be evicted (Note [Saved storages] in hooks/runtime).
-    return _ext().storage_key(t)
-
-
 def _ext() -> Any:
     from tensorpager import _ext as ext
 
     return ext.load()
-
-
-class _Segment:
-    """One forward of a segment module, and how to replay it (Note [Segments])."""
-
-    __slots__ = ("module", "rng", "cuda_rng", "autocast", "t0", "cost_ns", "packs", "pending",
-                 "input_keys", "input_versions", "args", "kwargs")
-
-    def __init__(self, module: Any, args: tuple) -> None:
-        import torch
-
-        self.module = module
-        self.rng = torch.get_rng_state()
-        self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-        self.autocast = tuple(
-            (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev)) for dev in ("cpu", "cuda")
-        )
-        tensors = [a for a in _flatten(args) if isinstance(a, torch.Tensor)]
-        self.input_keys = {_storage_key(a) for a in tensors} - {None}
-        # Inference tensors have no version counter (and autograd never saves them).
-        self.input_versions = [(a, a._version) for a in tensors if not a.is_inference()]
-        self.packs = 0
-        self.pending: list[tuple[Any, int]] = []
-        self.args: Any = None
-        self.kwargs: Any = None
-        self.cost_ns = 0
-        self.t0 = time.perf_counter_ns()
-
-    def replay(self, tracker: _Tracker, kind: str, index: int) -> Any:
-        """Re-runs the forward; returns saved tensor `index` ("saved") or output `index` ("output")."""
-        import torch
-        from torch.utils._pytree import tree_map
-
-        restored: dict[int, Any] = {}
-
-        def restore(x: Any) -> Any:
-            # One tensor per held input, so that arguments that were the same
-            # tensor are again (MultiheadAttention takes another path when
-            # query is key is value).
-            if not isinstance(x, _HeldInput):
-                return x
-            t = restored.get(id(x))
-            if t is None:
-                t = x.handle.unpack() if x.handle is not None else x.tensor
-                t = t.detach()
-                t = t.requires_grad_(True) if x.requires_grad else t
-                restored[id(x)] = t
-            return t
-
-        captured: list[Any] = []
-        count = [0]
-
-        def capture(t: Any) -> Any:
-            if kind == "saved" and count[0] == index:
-                captured.append(t)
-            count[0] += 1
-            return None
-
-        tracker.suspended += 1
-        held: list = []  # buffers to put back (_swap_buffers)
-        try:
-            args = tree_map(restore, self.args)
-            kwargs = tree_map(restore, self.kwargs)
-            self._swap_buffers(held)
-            devices = list(range(len(self.cuda_rng))) if self.cuda_rng is not None else []
-            with torch.random.fork_rng(devices=devices):
-                torch.set_rng_state(self.rng)
-                if self.cuda_rng is not None:
-                    torch.cuda.set_rng_state_all(self.cuda_rng)
-                with torch.enable_grad(), _autocast(self.autocast), \
-                        torch.autograd.graph.saved_tensors_hooks(capture, lambda _: None):
-                    out = self.module(*args, **kwargs)
-            if kind == "saved":
-                if not captured:
-                    raise RuntimeError(
-                        f"tensorpager: replaying {type(self.module).__name__} saved {count[0]} tensors, "
-                        f"fewer than the {index + 1} of its first run; its forward is not deterministic "
-                        "in what it saves, so it cannot be recomputed")
-                result = captured[0]
-            else:
-                result = [o for o in _flatten(out) if isinstance(o, torch.Tensor)][index]
-            result = result.detach()
-            del out, captured, args, kwargs
-            return result
-        finally:
-            for owner, name, b in held:
-                owner._buffers[name] = b
-            tracker.suspended -= 1
-
-    def _swap_buffers(self, held: list) -> None:
-        """Gives every module of the segment clones of its buffers for the replay.
-
-        A replay must not count twice in running statistics, and must not
-        change the buffers in place even to put them back: their versions
-        would move, and autograd saves some of them (batch norm's running
-        statistics), so their unpack would raise (Note [In-place changes to
-        saved tensors] in hooks/saved_version.hpp). Appends each
-        (module, name, buffer) to `held` as it swaps, for the caller to put
-        back.
-        """
-        clones: dict[int, Any] = {}  # one clone per buffer shared between modules
-        for owner in self.module.modules():
-            for name, b in owner._buffers.items():
-                if b is None:
-                    continue
-                held.append((owner, name, b))
-                owner._buffers[name] = clones.setdefault(id(b), b.detach().clone())
-
-
-class _HeldInput:
-    """A segment input kept for its replay: managed (handle) or, when it is not
-    tensorpager's to manage, the tensor itself."""
-
-    __slots__ = ("handle", "tensor", "requires_grad")
-
-    def __init__(self, handle: Any, tensor: Any, requires_grad: bool) -> None:
-        self.handle = handle
-        self.tensor = tensor
-        self.requires_grad = requires_grad
-
-
-def _flatten(x: Any) -> list:
-    from torch.utils._pytree import tree_leaves
-
-    return tree_leaves(x)
-
-
-def _has_storage(t: Any) -> bool:
-    return _storage_key(t) is not None
-
-
-class _autocast:
-    """Re-enters the autocast states a segment ran under."""
-
-    def __init__(self, states: tuple) -> None:
-        import contextlib
-
-        import torch
-
-        self._stack = contextlib.ExitStack()
-        self._states = states
-        self._torch = torch
-
-    def __enter__(self) -> None:
-        for dev, enabled, dtype in self._states:
-            if dev == "cuda" and not self._torch.cuda.is_available():
-                continue
-            self._stack.enter_context(self._torch.autocast(dev, dtype=dtype, enabled=enabled))
-
-    def __exit__(self, *exc: object) -> None:
-        self._stack.close()
 
 
 class _Tracker:
@@ -249,8 +92,8 @@ class _Tracker:
         # threads are not its segments or steps (Note [What a budget covers]).
         self.thread = threading.get_ident()
         self.stack: list[Any] = []
-        self.segment: _Segment | None = None  # the segment whose forward is running
-        self.producers: dict[int, tuple[Any, _Segment, int]] = {}  # storage key -> (weak output, segment, index)
+        self.segment: _replay.Segment | None = None  # the segment whose forward is running
+        self.producers: dict[int, tuple[Any, _replay.Segment, int]] = {}  # storage key -> (weak output, segment, index)
         self.unpacked = False
         self.suspended = 0  # > 0 while a replay runs: hooks stand aside
         self.steps = 0
@@ -298,7 +141,7 @@ class _Tracker:
         if depth == 0 and self.unpacked:
             self.step()
         if self.recompute and depth == self.segment_depth:
-            self.segment = _Segment(module, args)
+            self.segment = _replay.Segment(module, args)
 
     def post_forward(self, module: Any, args: tuple, *rest: Any) -> None:
         # (kwargs, output) normally; torch passes fewer when the forward
@@ -328,20 +171,20 @@ class _Tracker:
             h.set_recompute(partial(seg.replay, self, "saved", index), seg.cost_ns, h.version)
         import torch
 
-        outputs = [o for o in _flatten(output) if isinstance(o, torch.Tensor)]
+        outputs = [o for o in _replay.flatten(output) if isinstance(o, torch.Tensor)]
         for j, o in enumerate(outputs):
-            key = _storage_key(o)
+            key = _replay.storage_key(o)
             if key is not None and key not in seg.input_keys:
                 self._add_producer(key, o, seg, j)
 
     def _hold(self, tree: Any) -> tuple[Any, bool]:
-        """The tensors of tree as _HeldInputs, and whether one of them is
+        """The tensors of tree as _replay.HeldInputs, and whether one of them is
         foreign: memory of another allocator or device (a NumPy array's, say),
         which can change with no version to show it."""
         import torch
         from torch.utils._pytree import tree_map
 
-        held: dict[int, _HeldInput] = {}
+        held: dict[int, _replay.HeldInput] = {}
         foreign = False
 
         def hold(x: Any) -> Any:
@@ -352,21 +195,21 @@ class _Tracker:
             held[id(x)] = h = hold_one(x)
             return h
 
-        def hold_one(x: Any) -> _HeldInput:
-            if (x.is_leaf and x.requires_grad) or not _has_storage(x):
-                return _HeldInput(None, x, x.requires_grad)
+        def hold_one(x: Any) -> _replay.HeldInput:
+            if (x.is_leaf and x.requires_grad) or not _replay.has_storage(x):
+                return _replay.HeldInput(None, x, x.requires_grad)
             nonlocal foreign
             h = self.ext.pack(x)
             if not h.managed:
                 foreign = foreign or x.numel() > 0
-                return _HeldInput(h, None, x.requires_grad)
+                return _replay.HeldInput(h, None, x.requires_grad)
             if h.fresh:
                 self._link_producer(h)
-            return _HeldInput(h, None, x.requires_grad)
+            return _replay.HeldInput(h, None, x.requires_grad)
 
         return tree_map(hold, tree), foreign
 
-    def _add_producer(self, key: int, out: Any, seg: _Segment, index: int) -> None:
+    def _add_producer(self, key: int, out: Any, seg: _replay.Segment, index: int) -> None:
         # The entry lives as long as the output tensor: only a live output can
         # later be adopted as another segment's input, and the segment (with
         # the inputs it keeps) must not outlive it for nothing.
@@ -389,7 +232,7 @@ class _Tracker:
         # only while the storage is still at that version: not after a
         # consumer changed it in place (ReLU(inplace=True) at the start of the
         # next segment); Note [Recompute reproduces one version].
-        if out is None or _storage_key(out) != h.key or h.version != version:
+        if out is None or _replay.storage_key(out) != h.key or h.version != version:
             return
         h.set_recompute(partial(seg.replay, self, "output", index), seg.cost_ns, version)
 
@@ -462,17 +305,15 @@ class budget:
         import torch
         from torch.nn.modules import module as nn_module
 
-        import tensorpager as tp
-
         if _active is not None:
             raise RuntimeError("tensorpager.budget: a budget is already active; budgets do not nest")
-        if not tp.is_installed():
-            tp.install()
-        ext = tp._load_ext()
+        if not _install.is_installed():
+            _install.install()
+        ext = _install.load_ext()
         self._previous = ext.budget_begin(self.bytes, self.ratio, self.policy, self.prefetch)
         try:
             if self.timeline is not None:
-                tp.start_timeline()
+                _timeline.start_timeline()
             self._tracker = tr = _Tracker(ext, self.segment_depth, self.recompute)
             self._handles = [
                 nn_module.register_module_forward_pre_hook(tr.pre_forward),
@@ -491,20 +332,18 @@ class budget:
         global _active
         import warnings
 
-        import tensorpager as tp
-
         # The session always ends (Note [Session lifetime]); an error while
         # ending it never replaces the block's own exception.
         self._remove_hooks()
         _active = None
-        ext = tp._load_ext()
+        ext = _install.load_ext()
         tracker = self._tracker
         if tracker is not None and tracker.unpacked:
             ext.timeline_step(tracker.steps)  # the last iteration's end (Note [One step per iteration])
         if self.timeline is not None:
             # The block's timeline is the block's: what ending the session
             # brings back, with the budget lifted, is not part of it.
-            tp.stop_timeline()
+            _timeline.stop_timeline()
         try:
             lost = ext.budget_end(self._previous)
             if lost:
@@ -515,10 +354,10 @@ class budget:
         finally:
             if self.timeline is not None:
                 if exc_type is None:
-                    tp.dump_timeline(self.timeline)
+                    _timeline.dump_timeline(self.timeline)
                 else:
                     try:
-                        tp.dump_timeline(self.timeline)
+                        _timeline.dump_timeline(self.timeline)
                     except Exception as e:  # the block's exception is the one to see
                         warnings.warn(f"tensorpager.budget: the timeline was not written: {e}", RuntimeWarning,
                                       stacklevel=2)

@@ -40,15 +40,19 @@ only when tracking starts.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
+
+from tensorpager import _install
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-__all__ = ["start", "stop", "is_tracking"]
+__all__ = ["start_timeline", "stop_timeline", "dump_timeline", "dump_snapshot", "report", "mark_step",
+           "is_tracking"]
 
 _lock = threading.Lock()
 _tracker: _PhaseTracker | None = None
@@ -196,7 +200,7 @@ def _tensors(value: Any) -> list[Any]:
     return out
 
 
-def start(ext: ModuleType) -> None:
+def track_phases_for(ext: ModuleType) -> None:
     """Starts phase tracking for a new recording: steps count from 0 again.
 
     Idempotent for the hooks. Call it after the recording has started.
@@ -210,7 +214,7 @@ def start(ext: ModuleType) -> None:
             _tracker.reset()
 
 
-def stop() -> None:
+def stop_tracking() -> None:
     """Removes the hooks phase tracking installed (idempotent)."""
     global _tracker
     with _lock:
@@ -224,6 +228,62 @@ def is_tracking() -> bool:
     return _tracker is not None
 
 
-def mark_step(ext: ModuleType) -> None:
-    """Records a step boundary, numbered after the ones recorded so far."""
+# --- the public functions (re-exported by the package) -----------------------
+
+
+def start_timeline(max_events: int | None = None, *, track_phases: bool = True) -> None:
+    """Starts recording a memory timeline; a recording in progress is replaced.
+
+    The ``timeline:PATH`` configuration key starts one at install and writes it
+    to PATH at exit.
+
+    Args:
+        max_events: the most events kept (80 bytes each); later ones are
+            counted as dropped. None: the ``timeline_events`` configuration
+            key (default 1048576).
+        track_phases: label allocations with the module and the training phase
+            (forward, backward, optimizer step) through PyTorch's global hooks.
+
+    Raises:
+        RuntimeError: tensorpager is not installed.
+    """
+    ext = _install.load_ext()
+    ext.timeline_start(int(max_events or 0))
+    if track_phases:
+        track_phases_for(ext)
+
+
+def stop_timeline() -> None:
+    """Stops recording (and phase tracking); what was recorded stays dumpable."""
+    stop_tracking()
+    _install.load_ext().timeline_stop()
+
+
+def dump_timeline(path: str | os.PathLike[str], top: int = 20) -> None:
+    """Writes the current (or last) recording, in the format the extension names.
+
+    ``.json``: Perfetto / chrome://tracing; ``.pickle``: PyTorch's memory_viz;
+    ``.html``: a self-contained page; ``.txt``: the text report. ``top`` rows
+    in the tables of the largest blocks live at the peak.
+
+    Raises:
+        ValueError: another extension.
+        RuntimeError: nothing was recorded, or the file cannot be written.
+    """
+    _install.load_ext().timeline_dump(os.fspath(path), int(top))
+
+
+def dump_snapshot(path: str | os.PathLike[str]) -> None:
+    """Writes the recording as a memory_viz snapshot pickle, whatever the file's name."""
+    _install.load_ext().timeline_dump(os.fspath(path), 20, "pickle")
+
+
+def report(top: int = 20) -> str:
+    """The text report of the current (or last) recording: totals and the largest blocks at the peak."""
+    return str(_install.load_ext().timeline_report(int(top)))
+
+
+def mark_step() -> None:
+    """Records a step boundary. Phase tracking does this after each optimizer step already."""
+    ext = _install.load_ext()
     ext.timeline_step(_next_step())

@@ -10,7 +10,7 @@ import pytest
 from conftest import clean_env, requires_ext, run_python
 
 import tensorpager as tp
-from tensorpager import _keys, _sizes
+from tensorpager import _install, _keys, _sizes
 
 GiB, MiB = 1 << 30, 1 << 20
 
@@ -24,7 +24,7 @@ GiB, MiB = 1 << 30, 1 << 20
      ("512MB", 512_000_000), ("1.5KiB", 1536), ("2", 2), ("1B", 1)],
 )
 def test_budget_argument_sizes(value: object, expected: int | None) -> None:
-    assert tp._budget_bytes(value) == expected  # type: ignore[arg-type]
+    assert _install._budget_bytes(value) == expected  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -47,7 +47,7 @@ def test_budget_argument_errors_name_input_and_list_forms(
     value: object, error: type, fragment: str
 ) -> None:
     with pytest.raises(error) as info:
-        tp._budget_bytes(value)  # type: ignore[arg-type]
+        _install._budget_bytes(value)  # type: ignore[arg-type]
     message = str(info.value)
     assert fragment in message
     assert f"set_budget({value!r}" in message

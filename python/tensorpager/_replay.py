@@ -1,0 +1,174 @@
+"""Replaying a recompute segment's forward (Note [Segments] in ``_runtime.py``):
+what one forward of a segment module keeps so that it can run again with the
+same RNG, autocast state and buffers, and hand back one saved tensor or output
+of that run. The budget's tracker (``_runtime._Tracker``) creates the segments;
+the runtime calls their replay through the recompute functions it is given.
+"""
+
+from __future__ import annotations
+
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def storage_key(t: Any) -> int | None:
+    # Never t.untyped_storage(): the Python storage object it creates is kept
+    # alive by the storage itself and counts as a holder, so the storage
+    # could never be evicted (Note [Saved storages] in hooks/runtime).
+    from tensorpager import _ext
+
+    return _ext.load().storage_key(t)
+
+
+class Segment:
+    """One forward of a segment module, and how to replay it (Note [Segments])."""
+
+    __slots__ = ("module", "rng", "cuda_rng", "autocast", "t0", "cost_ns", "packs", "pending",
+                 "input_keys", "input_versions", "args", "kwargs")
+
+    def __init__(self, module: Any, args: tuple) -> None:
+        import torch
+
+        self.module = module
+        self.rng = torch.get_rng_state()
+        self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        self.autocast = tuple(
+            (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev)) for dev in ("cpu", "cuda")
+        )
+        tensors = [a for a in flatten(args) if isinstance(a, torch.Tensor)]
+        self.input_keys = {storage_key(a) for a in tensors} - {None}
+        # Inference tensors have no version counter (and autograd never saves them).
+        self.input_versions = [(a, a._version) for a in tensors if not a.is_inference()]
+        self.packs = 0
+        self.pending: list[tuple[Any, int]] = []
+        self.args: Any = None
+        self.kwargs: Any = None
+        self.cost_ns = 0
+        self.t0 = time.perf_counter_ns()
+
+    def replay(self, tracker: Any, kind: str, index: int) -> Any:
+        """Re-runs the forward; returns saved tensor `index` ("saved") or output `index` ("output")."""
+        import torch
+        from torch.utils._pytree import tree_map
+
+        restored: dict[int, Any] = {}
+
+        def restore(x: Any) -> Any:
+            # One tensor per held input, so that arguments that were the same
+            # tensor are again (MultiheadAttention takes another path when
+            # query is key is value).
+            if not isinstance(x, HeldInput):
+                return x
+            t = restored.get(id(x))
+            if t is None:
+                t = x.handle.unpack() if x.handle is not None else x.tensor
+                t = t.detach()
+                t = t.requires_grad_(True) if x.requires_grad else t
+                restored[id(x)] = t
+            return t
+
+        captured: list[Any] = []
+        count = [0]
+
+        def capture(t: Any) -> Any:
+            if kind == "saved" and count[0] == index:
+                captured.append(t)
+            count[0] += 1
+            return None
+
+        tracker.suspended += 1
+        held: list = []  # buffers to put back (_swap_buffers)
+        try:
+            args = tree_map(restore, self.args)
+            kwargs = tree_map(restore, self.kwargs)
+            self._swap_buffers(held)
+            devices = list(range(len(self.cuda_rng))) if self.cuda_rng is not None else []
+            with torch.random.fork_rng(devices=devices):
+                torch.set_rng_state(self.rng)
+                if self.cuda_rng is not None:
+                    torch.cuda.set_rng_state_all(self.cuda_rng)
+                with torch.enable_grad(), autocast_states(self.autocast), \
+                        torch.autograd.graph.saved_tensors_hooks(capture, lambda _: None):
+                    out = self.module(*args, **kwargs)
+            if kind == "saved":
+                if not captured:
+                    raise RuntimeError(
+                        f"tensorpager: replaying {type(self.module).__name__} saved {count[0]} tensors, "
+                        f"fewer than the {index + 1} of its first run; its forward is not deterministic "
+                        "in what it saves, so it cannot be recomputed")
+                result = captured[0]
+            else:
+                result = [o for o in flatten(out) if isinstance(o, torch.Tensor)][index]
+            result = result.detach()
+            del out, captured, args, kwargs
+            return result
+        finally:
+            for owner, name, b in held:
+                owner._buffers[name] = b
+            tracker.suspended -= 1
+
+    def _swap_buffers(self, held: list) -> None:
+        """Gives every module of the segment clones of its buffers for the replay.
+
+        A replay must not count twice in running statistics, and must not
+        change the buffers in place even to put them back: their versions
+        would move, and autograd saves some of them (batch norm's running
+        statistics), so their unpack would raise (Note [In-place changes to
+        saved tensors] in hooks/saved_version.hpp). Appends each
+        (module, name, buffer) to `held` as it swaps, for the caller to put
+        back.
+        """
+        clones: dict[int, Any] = {}  # one clone per buffer shared between modules
+        for owner in self.module.modules():
+            for name, b in owner._buffers.items():
+                if b is None:
+                    continue
+                held.append((owner, name, b))
+                owner._buffers[name] = clones.setdefault(id(b), b.detach().clone())
+
+
+class HeldInput:
+    """A segment input kept for its replay: managed (handle) or, when it is not
+    tensorpager's to manage, the tensor itself."""
+
+    __slots__ = ("handle", "tensor", "requires_grad")
+
+    def __init__(self, handle: Any, tensor: Any, requires_grad: bool) -> None:
+        self.handle = handle
+        self.tensor = tensor
+        self.requires_grad = requires_grad
+
+
+def flatten(x: Any) -> list:
+    from torch.utils._pytree import tree_leaves
+
+    return tree_leaves(x)
+
+
+def has_storage(t: Any) -> bool:
+    return storage_key(t) is not None
+
+
+class autocast_states:
+    """Re-enters the autocast states a segment ran under."""
+
+    def __init__(self, states: tuple) -> None:
+        import contextlib
+
+        import torch
+
+        self._stack = contextlib.ExitStack()
+        self._states = states
+        self._torch = torch
+
+    def __enter__(self) -> None:
+        for dev, enabled, dtype in self._states:
+            if dev == "cuda" and not self._torch.cuda.is_available():
+                continue
+            self._stack.enter_context(self._torch.autocast(dev, dtype=dtype, enabled=enabled))
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
