@@ -182,6 +182,7 @@ class replay {
     d.host_capacity_bytes = huge_bytes;
     d.bandwidth_bytes_per_s = o.bandwidth_bytes_per_s;
     d.latency_ns = o.latency_ns;
+    d.copy_contents = false;  // Note [Copies without contents]
     return d;
   }
 
