@@ -27,6 +27,7 @@
 
 #include "runtime/access_recorder.hpp"
 #include "runtime/candidate_set.hpp"
+#include "runtime/lineage.hpp"
 #include "runtime/managed_tensor.hpp"
 #include "runtime/policy_kind.hpp"
 
@@ -51,6 +52,8 @@ struct policy_context {
   /// [begin, end) of the previous victim's block in this reclaim, or 0s.
   std::uintptr_t last_victim_begin = 0;
   std::uintptr_t last_victim_end = 0;
+  /// The tensors' lineage (Note [Evicted neighbourhood]); nullptr: none.
+  lineage* graph = nullptr;
 };
 
 struct eviction_choice {

@@ -95,6 +95,7 @@ struct managed_tensor {
   // --- candidate set bookkeeping (candidate_set) -----------------------------
   bool in_candidates = false;
   bool pinned = false;  ///< being restored: never a victim
+  std::uint32_t pins = 0;  ///< memory_runtime::pin() calls not yet unpinned: never a victim
   std::size_t candidate_index = 0;
   std::list<managed_tensor*>::iterator lru_pos{};
 

@@ -13,7 +13,7 @@ memory_runtime::memory_runtime(device& dev, caching_allocator& alloc, pinned_hos
       alloc_(alloc),
       clock_(clk),
       opts_(std::move(opts)),
-      engine_(dev, host, opts_.offload_stream, opts_.prefetch_stream),
+      engine_(dev, alloc, host, opts_.offload_stream, opts_.prefetch_stream),
       recorder_(opts_.recorder),
       policy_(make_policy(opts_.policy, opts_.sample_size)),
       rng_(opts_.seed) {
@@ -37,7 +37,8 @@ managed_tensor& memory_runtime::find(tensor_id id) const {
 }
 
 tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, stream_id stream,
-                                std::int64_t recompute_cost_ns, bool evictable) {
+                                std::int64_t recompute_cost_ns, bool evictable,
+                                const track_options& more) {
   if (binding.device_ptr() == nullptr || bytes == 0) {
     throw invalid_argument(fmt::format(
         "tensorpager: track(): a tensor needs device storage and bytes > 0 (got {} bytes at {})",
@@ -58,6 +59,7 @@ tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, str
   managed_tensor& ref = *t;
   tensors_.emplace(to_underlying(ref.id), std::move(t));
   by_ordinal_.push_back(ref.id);
+  lineage_.add(ref.id, ref.recompute_cost_ns, more.parents, more.revive);
   make_candidate(ref);
   poll_locked();
   proactive_offload_locked();
@@ -65,7 +67,17 @@ tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, str
 }
 
 void memory_runtime::make_candidate(managed_tensor& t) {
-  if (t.evictable && !t.pinned && t.state == tensor_state::resident) candidates_.add(t);
+  if (t.evictable && !t.pinned && t.pins == 0 && t.state == tensor_state::resident) candidates_.add(t);
+}
+
+void memory_runtime::remove_settling(managed_tensor& t) {
+  for (std::size_t i = 0; i < settling_.size(); ++i) {
+    if (settling_[i] == &t) {
+      settling_[i] = settling_.back();
+      settling_.pop_back();
+      return;
+    }
+  }
 }
 
 void memory_runtime::remove_in_flight(managed_tensor& t) {
@@ -90,6 +102,23 @@ void memory_runtime::access(tensor_id id) {
   prefetch_ahead_locked();
 }
 
+void memory_runtime::pin(tensor_id id) {
+  lock_type lock(mu_);
+  managed_tensor& t = find(id);
+  access(id);
+  ++t.pins;
+  candidates_.remove(t);
+}
+
+void memory_runtime::unpin(tensor_id id) {
+  lock_type lock(mu_);
+  managed_tensor& t = find(id);
+  if (t.pins == 0) {
+    throw invalid_argument(fmt::format("tensorpager: unpin() of tensor {}, which is not pinned", to_underlying(id)));
+  }
+  if (--t.pins == 0) make_candidate(t);
+}
+
 void memory_runtime::ensure_resident(tensor_id id, stream_id compute) {
   lock_type lock(mu_);
   managed_tensor& t = find(id);
@@ -110,9 +139,14 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
       break;
     case tensor_state::on_host:
     case tensor_state::prefetching: {
+      // Note [Prefetch ordering]: the compute stream waits for the copy; the
+      // host never does. A copy not done when the host gets here is late
+      // (the device may still be busy with earlier work and not wait at all):
+      // prefetch further ahead next time.
       t.pinned = true;
       try {
         if (t.state == tensor_state::on_host) {
+          remove_settling(t);
           engine_.start_prefetch(t);  // may re-enter reclaim(); Note [Runtime locking]
           in_flight_.push_back(&t);
         } else if (engine_.copy_done(t)) {
@@ -124,11 +158,10 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
         throw;
       }
       if (!engine_.copy_done(t)) {
-        engine_.wait_copy(t);
         ++stats_.stalls;
-        stats_.stall_ns += clock_.now_ns() - requested;
+        ++stats_.late_copies;
         recorder_.on_stall();
-        notify_locked(runtime_event_kind::stall, &t, clock_.now_ns() - requested);
+        notify_locked(runtime_event_kind::stall, &t, 0);
       }
       remove_in_flight(t);
       engine_.finish_prefetch(t, compute);
@@ -153,6 +186,7 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
                                 to_underlying(t.id)));
       }
       t.state = tensor_state::resident;
+      lineage_.restored(t.id);
       ++stats_.recomputes;
       ++stats_.stalls;
       stats_.stall_ns += clock_.now_ns() - requested;
@@ -178,7 +212,9 @@ bool memory_runtime::offload(tensor_id id) {
 
 void memory_runtime::set_recompute_cost(tensor_id id, std::int64_t recompute_cost_ns) {
   lock_type lock(mu_);
-  find(id).recompute_cost_ns = recompute_cost_ns > 0 ? recompute_cost_ns : 0;
+  managed_tensor& t = find(id);
+  t.recompute_cost_ns = recompute_cost_ns > 0 ? recompute_cost_ns : 0;
+  lineage_.set_cost(id, t.recompute_cost_ns);
 }
 
 void memory_runtime::untrack(tensor_id id) {
@@ -186,7 +222,9 @@ void memory_runtime::untrack(tensor_id id) {
   managed_tensor& t = find(id);
   candidates_.remove(t);
   remove_in_flight(t);
+  remove_settling(t);
   engine_.discard(t);
+  lineage_.untracked(id);
   if (t.step == recorder_.steps_completed()) recorder_.on_untrack(t.ordinal, clock_.now_ns());
   tensors_.erase(to_underlying(id));
 }
@@ -202,6 +240,7 @@ void memory_runtime::step() {
   proactive_armed_ = pressure != pressure_mark_;
   pressure_mark_ = pressure;
   notify_locked(runtime_event_kind::step, nullptr, static_cast<std::int64_t>(stats_.steps) - 1);
+  lineage_.prune();
   plan_locked();
   publish_summary_locked();
 }
@@ -237,6 +276,14 @@ std::size_t memory_runtime::poll_locked() {
       t.prefetch_done_ns = now;
     }
     ++i;
+  }
+  for (std::size_t i = 0; i < settling_.size();) {
+    if (engine_.settle(*settling_[i])) {
+      settling_[i] = settling_.back();
+      settling_.pop_back();
+    } else {
+      ++i;
+    }
   }
   engine_.poll();
   return released;
@@ -275,6 +322,7 @@ runtime_stats memory_runtime::stats_locked() const {
   s.prefetched_bytes = e.prefetched_bytes;
   s.offloads = e.offloads;
   s.prefetches = e.prefetches;
+  s.cancelled_prefetches = e.cancelled_prefetches;
   s.tracked = tensors_.size();
   for (const auto& [id, t] : tensors_) {
     switch (t->state) {

@@ -34,6 +34,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -46,6 +47,7 @@
 #include "runtime/access_recorder.hpp"
 #include "runtime/candidate_set.hpp"
 #include "runtime/eviction_policy.hpp"
+#include "runtime/lineage.hpp"
 #include "runtime/managed_tensor.hpp"
 #include "runtime/runtime_observer.hpp"
 #include "runtime/runtime_stats.hpp"
@@ -68,6 +70,17 @@ struct memory_runtime_options {
   /// Receives one-time notices (host pool full, ...). None: they are dropped.
   std::function<void(std::string_view)> log;
   std::uint64_t seed = 0x7470'7061'6765'72ULL;  ///< sampling
+};
+
+/// What track() may learn about a tensor beyond its storage.
+struct track_options {
+  /// Tracked tensors it was computed from (Note [Evicted neighbourhood] in
+  /// lineage.hpp): DTR prices a drop by the evicted tensors a replay would
+  /// also need. Empty: the tensor's own cost only.
+  std::span<const tensor_id> parents{};
+  /// An untracked tensor that this one re-creates: it takes over that
+  /// tensor's place in the lineage (its parents and children).
+  std::optional<tensor_id> revive{};
 };
 
 /// The runtime over one device.
@@ -94,10 +107,17 @@ class memory_runtime final : public reclaimer {
   /// holds `bytes` used on `stream`. recompute_cost_ns > 0 makes it droppable;
   /// evictable == false keeps it resident (parameters, tensors the user holds).
   tensor_id track(storage_binding& binding, std::size_t bytes, stream_id stream,
-                  std::int64_t recompute_cost_ns, bool evictable = true);
+                  std::int64_t recompute_cost_ns, bool evictable = true,
+                  const track_options& more = {});
   /// A use of the tensor on its stream: makes it resident (ensure_resident),
   /// records the access, prefetches ahead.
   void access(tensor_id id);
+  /// access(), and keeps the tensor resident (no victim) until the matching
+  /// unpin(): an operator's inputs while it runs, as DTR locks them. Pins
+  /// nest. Throws as ensure_resident (then nothing is pinned).
+  void pin(tensor_id id);
+  /// Ends one pin(); the tensor is a candidate again when none is left.
+  void unpin(tensor_id id);
   /// Makes the tensor usable on `compute`: resident nothing; offloading taken
   /// back without a round trip; on_host copied back now and `compute` waits on
   /// the copy's event (a stall); prefetching `compute` waits on the event;
@@ -154,6 +174,10 @@ class memory_runtime final : public reclaimer {
   void ensure_resident_locked(managed_tensor& t, stream_id compute);
   void make_candidate(managed_tensor& t);
   void remove_in_flight(managed_tensor& t);
+  void remove_settling(managed_tensor& t);
+  // Moves an offloading tensor to on_host at once, stream-ordered
+  // (Note [Offload ordering]); returns its bytes.
+  std::size_t release_offloading_locked(managed_tensor& t);
   std::optional<eviction_choice> choose_locked(std::size_t bytes_needed, std::uintptr_t begin,
                                                std::uintptr_t end);
   // Evicts one victim; returns bytes released now (drops) via `freed`, or
@@ -178,9 +202,11 @@ class memory_runtime final : public reclaimer {
   access_recorder recorder_;
   std::unique_ptr<eviction_policy> policy_;
   candidate_set candidates_;
+  lineage lineage_;
   std::unordered_map<std::uint64_t, std::unique_ptr<managed_tensor>> tensors_;
   std::vector<tensor_id> by_ordinal_;        // this step's tensors, by ordinal
   std::vector<managed_tensor*> in_flight_;   // offloading or prefetching
+  std::vector<managed_tensor*> settling_;    // on_host with a copy still running
   std::mt19937_64 rng_;
   std::uint64_t next_id_ = 1;
   bool speculative_ = false;  // Note [Prefetch never evicts]
@@ -188,6 +214,9 @@ class memory_runtime final : public reclaimer {
   bool proactive_armed_ = false;
   std::uint64_t pressure_mark_ = 0;  // reclaims + proactive offloads when this step began
   bool said_host_full_ = false;
+  // Note [Reclaim rounds]
+  std::int64_t reclaim_retries_ = -1;
+  std::uint64_t reclaim_round_ = 0;
   runtime_observer* observer_ = nullptr;
   runtime_stats stats_;
   // describe()'s lock-free summary.

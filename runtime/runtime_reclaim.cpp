@@ -22,7 +22,8 @@ std::optional<eviction_choice> memory_runtime::choose_locked(std::size_t bytes_n
                            opts_.bandwidth,
                            rng_,
                            begin,
-                           end};
+                           end,
+                           &lineage_};
   // Policy cost is CPU time, so it is read from the wall clock, not clock_.
   const auto t0 = std::chrono::steady_clock::now();
   auto choice = policy_->choose(ctx);
@@ -38,6 +39,7 @@ void memory_runtime::drop_locked(managed_tensor& t) {
   notify_locked(runtime_event_kind::eviction, &t, 1);  // before release: the block's address
   t.binding->release_device();
   t.state = tensor_state::dropped;
+  lineage_.evicted(t.id);
   ++stats_.drops;
 }
 
@@ -77,23 +79,41 @@ bool memory_runtime::evict_locked(const eviction_choice& c, std::size_t& freed,
   return false;  // stays resident; the caller re-adds it after this reclaim
 }
 
+// Note [Reclaim rounds]
+// The allocator asks for the bytes it lacks, and asks again (up to
+// caching_allocator::max_reclaim_rounds) while the request still fails and
+// the runtime still frees something: bytes freed inside segments that stay
+// partly in use need not make a block of the size requested. Each further
+// round of the same allocation (the allocator's num_alloc_retries has not
+// moved) therefore frees twice what the previous one asked for, so that
+// within the rounds the allocator allows, everything evictable can go and
+// whole segments empty. Before, every round freed only the shortfall again:
+// one request of 10 MiB failed after 53 MiB were freed while 4.5 GiB stayed
+// evictable, and a policy could fit at a budget but not at a larger one.
 std::size_t memory_runtime::reclaim(std::size_t bytes, stream_id /*stream*/) {
   lock_type lock(mu_);
   if (speculative_) return 0;  // Note [Prefetch never evicts]
   ++stats_.reclaims;
   proactive_armed_ = true;  // Note [Proactive offload under pressure]
+  const std::int64_t retries = alloc_.stats().num_alloc_retries;
+  reclaim_round_ = retries == reclaim_retries_ ? reclaim_round_ + 1 : 0;
+  reclaim_retries_ = retries;
+  if (reclaim_round_ > 0) {
+    const int shift = static_cast<int>(std::min<std::uint64_t>(reclaim_round_, 40));
+    bytes = bytes > (SIZE_MAX >> shift) ? SIZE_MAX : bytes << shift;
+  }
   std::size_t freed = poll_locked();
-  // Offloads already in flight free their storage soonest.
+  // Offloads already in flight free their storage soonest: released now,
+  // stream-ordered behind their copies (Note [Offload ordering]).
   for (std::size_t i = 0; i < in_flight_.size() && freed < bytes;) {
     managed_tensor& t = *in_flight_[i];
     if (t.state != tensor_state::offloading) {
       ++i;
       continue;
     }
-    engine_.wait_offload(t);
-    freed += t.bytes;
     in_flight_[i] = in_flight_.back();
     in_flight_.pop_back();
+    freed += release_offloading_locked(t);
   }
   std::vector<managed_tensor*> started;
   std::vector<managed_tensor*> kept;
@@ -113,17 +133,37 @@ std::size_t memory_runtime::reclaim(std::size_t bytes, stream_id /*stream*/) {
     }
     if (started.size() > before) pending += t.bytes;
   }
-  // Start every copy first, then wait: the copies overlap one another.
+  // Every copy started, each device block goes back behind its own copy;
+  // the allocator waits for them only if it needs them before they finish.
   for (managed_tensor* t : started) {
     if (t->state != tensor_state::offloading) continue;
-    engine_.wait_offload(*t);
     remove_in_flight(*t);
-    freed += t->bytes;
+    freed += release_offloading_locked(*t);
+  }
+  // Last, prefetches nobody has used yet: their host copies stay whole.
+  for (std::size_t i = 0; i < in_flight_.size() && freed < bytes;) {
+    managed_tensor& t = *in_flight_[i];
+    if (t.state != tensor_state::prefetching || t.pinned || t.pins != 0) {
+      ++i;
+      continue;
+    }
+    in_flight_[i] = in_flight_.back();
+    in_flight_.pop_back();
+    engine_.cancel_prefetch(t);
+    t.prefetch_done_ns = -1;
+    if (t.has_copy_event) settling_.push_back(&t);
+    freed += t.bytes;
   }
   for (managed_tensor* t : kept) make_candidate(*t);
   stats_.reclaimed_bytes += freed;
   publish_summary_locked();
   return freed;
+}
+
+std::size_t memory_runtime::release_offloading_locked(managed_tensor& t) {
+  engine_.release_offloading(t);
+  if (t.has_copy_event) settling_.push_back(&t);
+  return t.bytes;
 }
 
 void memory_runtime::prefetch_ahead_locked() {
@@ -195,7 +235,11 @@ void memory_runtime::proactive_offload_locked() {
   std::vector<managed_tensor*> kept;
   while (started_bytes < want) {
     const auto choice = choose_locked(want - started_bytes, 0, 0);
-    if (!choice) break;
+    // Ahead of time only copies start; a drop waits for the reclaim that
+    // needs it (a policy that would drop its best victim, as DTR always
+    // does, starts no copy: it was copies started here that kept `dtr` from
+    // ever recomputing under the runtime's defaults).
+    if (!choice || choice->action != eviction_action::swap) break;
     managed_tensor& t = *choice->victim;
     candidates_.remove(t);
     if (!t.binding->can_release()) {
@@ -203,7 +247,6 @@ void memory_runtime::proactive_offload_locked() {
       kept.push_back(&t);
       continue;
     }
-    // Ahead of time only copies start; drops wait for the reclaim that needs them.
     if (!engine_.start_offload(t)) {
       kept.push_back(&t);
       break;
@@ -230,7 +273,7 @@ void memory_runtime::check_invariants() const {
     switch (t.state) {
       case tensor_state::resident:
         if (!has_device) fail(t, "resident without device storage");
-        if (t.in_candidates != t.evictable) fail(t, "candidate flag disagrees with evictable");
+        if (t.in_candidates != (t.evictable && t.pins == 0)) fail(t, "candidate flag disagrees with evictable");
         break;
       case tensor_state::offloading:
       case tensor_state::prefetching:

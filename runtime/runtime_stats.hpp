@@ -21,8 +21,13 @@ struct runtime_stats {
   std::uint64_t host_fallbacks = 0;  ///< swaps refused by the host pool
   std::uint64_t shared_skips = 0;    ///< victims skipped: storage held elsewhere (can_release)
   // --- what it cost -------------------------------------------------------
-  std::uint64_t stalls = 0;      ///< accesses that waited for a copy or a recompute
-  std::int64_t stall_ns = 0;     ///< on the runtime's clock
+  /// Accesses that found their copy not yet arrived, or that recomputed.
+  std::uint64_t stalls = 0;
+  /// Of those, copies not arrived when the host asked: the compute stream
+  /// waits for them, the host does not (Note [Prefetch ordering]).
+  std::uint64_t late_copies = 0;
+  std::uint64_t cancelled_prefetches = 0;  ///< prefetches taken back unused by a reclaim
+  std::int64_t stall_ns = 0;     ///< host time on the runtime's clock (recomputes)
   std::int64_t policy_ns = 0;    ///< wall time spent in eviction_policy::choose
   std::uint64_t policy_calls = 0;
   std::uint64_t reclaims = 0;

@@ -92,6 +92,16 @@ cli_args parse(const std::vector<std::string>& args) {
         throw config_error("tp-sim: --repeat must be an integer >= 1");
       }
       a.options.repeat = static_cast<std::size_t>(n);
+    } else if (arg == "--sample") {
+      const double n = parse_number(arg, value(), "an integer >= 1");
+      if (!(n >= 1) || n != static_cast<double>(static_cast<std::size_t>(n))) {
+        throw config_error("tp-sim: --sample must be an integer >= 1");
+      }
+      a.options.sample_size = static_cast<std::size_t>(n);
+    } else if (arg == "--max-split-mb") {
+      const double mb = parse_number(arg, value(), "MiB > 1, e.g. 20");
+      if (!(mb > 1)) throw config_error("tp-sim: --max-split-mb must be > 1");
+      a.options.max_split_size = static_cast<std::size_t>(mb * 1024 * 1024);
     } else if (arg == "--no-proactive-offload") {
       a.options.proactive_offload = false;
     } else if (arg == "--no-prefetch-ahead") {
