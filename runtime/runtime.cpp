@@ -54,15 +54,26 @@ tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, str
   t->last_access_ns = now;
   t->recompute_cost_ns = recompute_cost_ns > 0 ? recompute_cost_ns : 0;
   t->evictable = evictable;
-  t->step = recorder_.steps_completed();
-  t->ordinal = recorder_.on_track(bytes, t->recompute_cost_ns, evictable, now);
+  // Note [Replays are not recorded]
+  const bool recorded = replaying_ == 0;
+  t->step = recorded ? recorder_.steps_completed() : managed_tensor::unrecorded;
+  if (recorded) {
+    std::vector<std::size_t> parent_ordinals;
+    for (tensor_id p : more.parents) {
+      const auto it = tensors_.find(to_underlying(p));
+      if (it != tensors_.end() && it->second->step == t->step) parent_ordinals.push_back(it->second->ordinal);
+    }
+    t->ordinal = recorder_.on_track(bytes, t->recompute_cost_ns, evictable, now, std::move(parent_ordinals));
+  } else {
+    t->ordinal = SIZE_MAX;
+  }
   managed_tensor& ref = *t;
   tensors_.emplace(to_underlying(ref.id), std::move(t));
-  by_ordinal_.push_back(ref.id);
+  if (recorded) by_ordinal_.push_back(ref.id);
   lineage_.add(ref.id, ref.recompute_cost_ns, more.parents, more.revive);
   make_candidate(ref);
   poll_locked();
-  proactive_offload_locked();
+  if (recorded) after_event_locked(false);
   return ref.id;
 }
 
@@ -98,8 +109,20 @@ void memory_runtime::access(tensor_id id) {
   t.last_access_ns = clock_.now_ns();
   ++t.access_count;
   candidates_.touch(t);
-  if (t.step == recorder_.steps_completed()) recorder_.on_access(t.ordinal, t.last_access_ns);
-  prefetch_ahead_locked();
+  if (replaying_ == 0 && t.step == recorder_.steps_completed()) recorder_.on_access(t.ordinal, t.last_access_ns);
+  if (replaying_ == 0) after_event_locked(true);
+}
+
+void memory_runtime::after_event_locked(bool is_access) {
+  if (const step_plan* plan = active_plan_locked()) {
+    carry_out_plan_locked(*plan);
+    // What a reclaim swapped against the plan comes back the usual way.
+    if (is_access) prefetch_ahead_locked();
+  } else if (is_access) {
+    prefetch_ahead_locked();
+  } else {
+    proactive_offload_locked();
+  }
 }
 
 void memory_runtime::pin(tensor_id id) {
@@ -164,6 +187,7 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
         notify_locked(runtime_event_kind::stall, &t, 0);
       }
       remove_in_flight(t);
+      t.planned_away = false;
       engine_.finish_prefetch(t, compute);
       t.prefetch_done_ns = -1;
       t.pinned = false;
@@ -172,9 +196,12 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
     case tensor_state::dropped: {
       t.pinned = true;
       notify_locked(runtime_event_kind::recompute_begin, &t, 0);
+      ++replaying_;
       try {
         t.binding->recompute();  // may re-enter the runtime; Note [Runtime locking]
+        --replaying_;
       } catch (...) {
+        --replaying_;
         t.pinned = false;
         notify_locked(runtime_event_kind::recompute_end, &t, 1);  // failed: every begin has its end
         throw;
@@ -194,6 +221,7 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
       break;
     }
   }
+  t.planned_away = false;
   make_candidate(t);
 }
 
@@ -215,6 +243,7 @@ void memory_runtime::set_recompute_cost(tensor_id id, std::int64_t recompute_cos
   managed_tensor& t = find(id);
   t.recompute_cost_ns = recompute_cost_ns > 0 ? recompute_cost_ns : 0;
   lineage_.set_cost(id, t.recompute_cost_ns);
+  if (t.step == recorder_.steps_completed()) recorder_.on_cost(t.ordinal, t.recompute_cost_ns);
 }
 
 void memory_runtime::untrack(tensor_id id) {
@@ -225,8 +254,12 @@ void memory_runtime::untrack(tensor_id id) {
   remove_settling(t);
   engine_.discard(t);
   lineage_.untracked(id);
-  if (t.step == recorder_.steps_completed()) recorder_.on_untrack(t.ordinal, clock_.now_ns());
+  const bool recorded = t.step == recorder_.steps_completed();
+  if (recorded) recorder_.on_untrack(t.ordinal, clock_.now_ns());
   tensors_.erase(to_underlying(id));
+  if (recorded) {
+    if (const step_plan* plan = active_plan_locked()) carry_out_plan_locked(*plan);
+  }
 }
 
 void memory_runtime::step() {
@@ -242,6 +275,7 @@ void memory_runtime::step() {
   notify_locked(runtime_event_kind::step, nullptr, static_cast<std::int64_t>(stats_.steps) - 1);
   lineage_.prune();
   plan_locked();
+  reset_plan_locked();
   publish_summary_locked();
 }
 
@@ -251,8 +285,17 @@ void memory_runtime::plan_locked() {
   planning_inputs in;
   in.budget_bytes = alloc_.budget();
   in.bandwidth = opts_.bandwidth;
-  const auto reserved = static_cast<std::size_t>(alloc_.stats().reserved_bytes.all().peak);
-  in.unmanaged_bytes = reserved > prev->peak_live_bytes ? reserved - prev->peak_live_bytes : 0;
+  // Note [Step plan]: the floor is what the device held besides resident
+  // tracked tensors under pressure, the largest seen so far (a step the plan
+  // kept from pressure records none); before any pressure, the peak reserved
+  // beyond the tracked peak.
+  floor_estimate_ = std::max(floor_estimate_, prev->pressure_floor_bytes);
+  if (floor_estimate_ > 0) {
+    in.unmanaged_bytes = floor_estimate_;
+  } else {
+    const auto reserved = static_cast<std::size_t>(alloc_.stats().reserved_bytes.all().peak);
+    in.unmanaged_bytes = reserved > prev->peak_live_bytes ? reserved - prev->peak_live_bytes : 0;
+  }
   policy_->plan_step(*prev, in);
 }
 
@@ -303,6 +346,7 @@ void memory_runtime::set_policy(policy_kind kind) {
   lock_type lock(mu_);
   policy_ = make_policy(kind, opts_.sample_size);
   plan_locked();
+  reset_plan_locked();
 }
 
 std::size_t memory_runtime::prefetch_distance() const {

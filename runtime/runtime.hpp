@@ -20,6 +20,18 @@
 // threads that touch the runtime wait too, which keeps the state simple; the
 // copy itself needs no runtime call to finish.
 //
+// Note [Replays are not recorded]
+// A recompute replays part of the step: it accesses (and, in the trace
+// simulator, re-creates and tracks) tensors that the step itself accesses at
+// other points. What a step does then depends on the evictions made in it,
+// and the n-th event, or the n-th tensor tracked, would name different
+// things from one step to the next (Note [Step matching]), so a plan made
+// from one step would act on the wrong tensors in the next. Tracks and
+// accesses made inside storage_binding::recompute() are therefore not
+// recorded: the recorded step is the program's own sequence, the same in
+// every step, whatever was evicted. A tensor tracked inside a replay has no
+// ordinal and is planned for by nobody; policies still evict it.
+//
 // Note [Prefetch never evicts]
 // Prefetching ahead is speculative: its allocation must not evict anything
 // (it could evict the tensor needed next). While it allocates, reclaim()
@@ -187,6 +199,17 @@ class memory_runtime final : public reclaimer {
   void drop_locked(managed_tensor& t);
   void prefetch_ahead_locked();
   void proactive_offload_locked();
+  // A speculative prefetch (Note [Prefetch never evicts]); false when it
+  // found no memory.
+  bool try_prefetch_locked(managed_tensor& t);
+  // Note [Carrying out a plan] (runtime_plan.cpp).
+  const step_plan* active_plan_locked() const;
+  managed_tensor* planned_tensor_locked(std::size_t ordinal);
+  void carry_out_plan_locked(const step_plan& plan);
+  void reset_plan_locked();
+  // After each recorded event: the plan, or prefetch ahead and proactive
+  // offload when there is none.
+  void after_event_locked(bool is_access);
   void plan_locked();
   void notice_once(bool& said, std::string_view what);
   runtime_stats stats_locked() const;
@@ -210,10 +233,17 @@ class memory_runtime final : public reclaimer {
   std::mt19937_64 rng_;
   std::uint64_t next_id_ = 1;
   bool speculative_ = false;  // Note [Prefetch never evicts]
+  int replaying_ = 0;         // Note [Replays are not recorded]: recompute() calls in progress
   // Note [Proactive offload under pressure]
   bool proactive_armed_ = false;
   std::uint64_t pressure_mark_ = 0;  // reclaims + proactive offloads when this step began
   bool said_host_full_ = false;
+  // Note [Carrying out a plan]
+  std::size_t plan_next_leave_ = 0;
+  std::size_t plan_next_prefetch_ = 0;
+  std::vector<std::size_t> plan_leaves_due_;
+  std::vector<std::size_t> plan_prefetches_due_;
+  std::size_t floor_estimate_ = 0;  // Note [Step plan]: the largest pressure floor seen
   // Note [Reclaim rounds]
   std::int64_t reclaim_retries_ = -1;
   std::uint64_t reclaim_round_ = 0;

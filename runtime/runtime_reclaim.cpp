@@ -95,7 +95,17 @@ std::size_t memory_runtime::reclaim(std::size_t bytes, stream_id /*stream*/) {
   if (speculative_) return 0;  // Note [Prefetch never evicts]
   ++stats_.reclaims;
   proactive_armed_ = true;  // Note [Proactive offload under pressure]
-  const std::int64_t retries = alloc_.stats().num_alloc_retries;
+  const allocator_stats astats = alloc_.stats();
+  const std::int64_t retries = astats.num_alloc_retries;
+  {
+    // Note [Step plan]: what the device holds besides resident tracked tensors.
+    std::size_t resident = 0;
+    for (const auto& [id, t] : tensors_) {
+      if (t->state != tensor_state::on_host && t->state != tensor_state::dropped) resident += t->bytes;
+    }
+    const auto held = static_cast<std::size_t>(astats.reserved_bytes.all().current);
+    recorder_.on_pressure(held > resident ? held - resident : 0);
+  }
   reclaim_round_ = retries == reclaim_retries_ ? reclaim_round_ + 1 : 0;
   reclaim_retries_ = retries;
   if (reclaim_round_ > 0) {
@@ -151,6 +161,7 @@ std::size_t memory_runtime::reclaim(std::size_t bytes, stream_id /*stream*/) {
     in_flight_.pop_back();
     engine_.cancel_prefetch(t);
     t.prefetch_done_ns = -1;
+    t.planned_away = false;  // its planned prefetch is spent: prefetch ahead brings it back
     if (t.has_copy_event) settling_.push_back(&t);
     freed += t.bytes;
   }
@@ -177,22 +188,32 @@ void memory_runtime::prefetch_ahead_locked() {
     const auto it = tensors_.find(to_underlying(by_ordinal_[e.ordinal]));
     if (it == tensors_.end()) continue;
     managed_tensor& t = *it->second;
-    if (t.state != tensor_state::on_host || !prev->matches(t.ordinal, t.bytes)) continue;
-    speculative_ = true;
-    t.pinned = true;
-    try {
-      engine_.start_prefetch(t);
-      in_flight_.push_back(&t);
-    } catch (const out_of_memory&) {
-      // No room without evicting: the access will restore it.
-    } catch (...) {
-      speculative_ = false;
-      t.pinned = false;
-      throw;
-    }
+    if (t.state != tensor_state::on_host || t.planned_away || !prev->matches(t.ordinal, t.bytes)) continue;
+    try_prefetch_locked(t);
+  }
+}
+
+bool memory_runtime::try_prefetch_locked(managed_tensor& t) {
+  speculative_ = true;
+  t.pinned = true;
+  bool started = false;
+  try {
+    remove_settling(t);
+    engine_.start_prefetch(t);
+    in_flight_.push_back(&t);
+    started = true;
+  } catch (const out_of_memory&) {
+    // No room without evicting: the access (or a later try) will restore it.
+    if (t.has_copy_event) settling_.push_back(&t);
+  } catch (...) {
+    if (t.has_copy_event) settling_.push_back(&t);
     speculative_ = false;
     t.pinned = false;
+    throw;
   }
+  speculative_ = false;
+  t.pinned = false;
+  return started;
 }
 
 // Note [Proactive offload under pressure]

@@ -14,7 +14,8 @@ struct runtime_stats {
   std::uint64_t offloads = 0;        ///< offloads started
   std::uint64_t prefetches = 0;
   std::uint64_t cancelled_offloads = 0;  ///< needed again while offloading
-  std::uint64_t proactive_offloads = 0;  ///< started ahead of a predicted peak
+  std::uint64_t proactive_offloads = 0;  ///< started ahead of a predicted peak or by a plan
+  std::uint64_t planned_evictions = 0;   ///< swaps and drops a step plan started
   std::uint64_t drops = 0;
   std::uint64_t recomputes = 0;
   std::uint64_t evictions = 0;  ///< victims chosen by the policy (swap or drop)

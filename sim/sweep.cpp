@@ -67,6 +67,7 @@ std::string format_report(const sim_report& r) {
   out += fmt::format("compute:           {}\n", ms(r.compute_ns));
   out += fmt::format("recompute:         {} ({} storages)\n", ms(r.recompute_ns), r.recomputes);
   out += fmt::format("stall:             {}\n", ms(r.stall_ns));
+  out += fmt::format("host waits:        {} ({} synchronisations)\n", ms(r.host_wait_ns), r.host_syncs);
   out += fmt::format("offloaded:         {}\n", format_bytes(r.offloaded_bytes));
   out += fmt::format("prefetched:        {}\n", format_bytes(r.prefetched_bytes));
   out += fmt::format("evictions:         {} ({} drops)\n", r.evictions, r.drops);
