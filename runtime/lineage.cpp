@@ -111,6 +111,16 @@ std::int64_t lineage::neighbourhood_cost(tensor_id id) {
   return sum;
 }
 
+std::int64_t lineage::evicted_parents_cost(tensor_id id) const {
+  const std::uint32_t n = index(id);
+  if (n == none) return 0;
+  std::int64_t sum = 0;
+  for (std::uint32_t p : nodes_[n].parents) {
+    if (nodes_[p].cls != none) sum += nodes_[p].cost_ns;
+  }
+  return sum;
+}
+
 void lineage::prune() {
   std::vector<std::uint32_t> remap(nodes_.size(), none);
   std::vector<node> kept;

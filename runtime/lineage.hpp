@@ -61,6 +61,9 @@ class lineage {
   /// The summed values of the distinct classes of id's evicted neighbours (0
   /// for an unknown id).
   std::int64_t neighbourhood_cost(tensor_id id);
+  /// The summed costs of id's parents that are evicted now (0 for an unknown
+  /// id): what a replay of id needs beyond id itself, one level deep.
+  std::int64_t evicted_parents_cost(tensor_id id) const;
   /// Drops ghosts and rebuilds the classes of the evicted tracked tensors.
   /// O(nodes + edges).
   void prune();

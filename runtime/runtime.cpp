@@ -217,6 +217,12 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
       ++stats_.recomputes;
       ++stats_.stalls;
       stats_.stall_ns += clock_.now_ns() - requested;
+      // Note [Recompute limit]: the time spent, for the committed cost.
+      if (replaying_ == 0) step_recompute_ns_ += clock_.now_ns() - requested;
+      if (t.dropped_this_step) {
+        committed_recompute_ns_ -= std::min(committed_recompute_ns_, t.committed_ns);
+        t.dropped_this_step = false;
+      }
       notify_locked(runtime_event_kind::stall, &t, clock_.now_ns() - requested);
       break;
     }
@@ -265,6 +271,14 @@ void memory_runtime::untrack(tensor_id id) {
 void memory_runtime::step() {
   lock_type lock(mu_);
   poll_locked();
+  {
+    // Note [Recompute limit]: what the step just ended computed for itself.
+    const std::int64_t duration = recorder_.step_time(clock_.now_ns());
+    prev_step_compute_ns_ = std::max<std::int64_t>(duration - step_recompute_ns_, 0);
+    step_recompute_ns_ = 0;
+    committed_recompute_ns_ = 0;
+    for (auto& [id, t] : tensors_) t->dropped_this_step = false;
+  }
   recorder_.begin_step(clock_.now_ns());
   by_ordinal_.clear();
   ++stats_.steps;

@@ -20,6 +20,21 @@
 // threads that touch the runtime wait too, which keeps the state simple; the
 // copy itself needs no runtime call to finish.
 //
+// Note [Recompute limit]
+// No policy may recompute more than the step's own compute (issue 16: DTR's
+// heuristic recomputed 12-19x the step on ResNet-32 at ratios where
+// swapping fitted at 1.3x). The runtime counts, in the current step, the
+// host time spent in recomputes (chains included) plus the recompute costs
+// of the tensors dropped in this step and not yet recomputed, each with its
+// evicted parents' (what those drops commit the step to; lineage::
+// evicted_parents_cost); once that passes 90% of the previous step's time
+// outside recomputes (in the first step, whose compute is not known yet,
+// there is no limit), a policy's drop becomes a swap for the rest of the step: the victim is copied out
+// instead, and a tensor that cannot be swapped (the host pool is full) is
+// dropped as before. Chains deeper than one parent come on top, so the
+// bound is close, not exact. A budget the step fits by recomputing
+// less than its compute never reaches the limit.
+//
 // Note [Replays are not recorded]
 // A recompute replays part of the step: it accesses (and, in the trace
 // simulator, re-creates and tracks) tensors that the step itself accesses at
@@ -238,6 +253,11 @@ class memory_runtime final : public reclaimer {
   bool proactive_armed_ = false;
   std::uint64_t pressure_mark_ = 0;  // reclaims + proactive offloads when this step began
   bool said_host_full_ = false;
+  // Note [Recompute limit]
+  std::int64_t step_recompute_ns_ = 0;       // host time in recomputes this step
+  std::int64_t committed_recompute_ns_ = 0;  // costs of this step's drops not yet recomputed
+  std::int64_t prev_step_compute_ns_ = -1;  // the last step's time without its recomputes
+  bool recompute_over_limit_locked() const;
   // Note [Carrying out a plan]
   std::size_t plan_next_leave_ = 0;
   std::size_t plan_next_prefetch_ = 0;

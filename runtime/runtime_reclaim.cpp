@@ -27,6 +27,10 @@ std::optional<eviction_choice> memory_runtime::choose_locked(std::size_t bytes_n
   // Policy cost is CPU time, so it is read from the wall clock, not clock_.
   const auto t0 = std::chrono::steady_clock::now();
   auto choice = policy_->choose(ctx);
+  if (choice && choice->action == eviction_action::drop && recompute_over_limit_locked()) {
+    choice->action = eviction_action::swap;  // Note [Recompute limit]
+    ++stats_.recompute_limited;
+  }
   stats_.policy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::steady_clock::now() - t0)
                           .count();
@@ -34,11 +38,23 @@ std::optional<eviction_choice> memory_runtime::choose_locked(std::size_t bytes_n
   return choice;
 }
 
+bool memory_runtime::recompute_over_limit_locked() const {
+  if (prev_step_compute_ns_ < 0) return false;  // the first step: its compute is not known yet
+  const std::int64_t own = prev_step_compute_ns_;
+  // 90%: chains deeper than a parent come on top of what is committed.
+  return step_recompute_ns_ + committed_recompute_ns_ > std::max<std::int64_t>(own, 0) / 10 * 9;
+}
+
 void memory_runtime::drop_locked(managed_tensor& t) {
   candidates_.remove(t);
   notify_locked(runtime_event_kind::eviction, &t, 1);  // before release: the block's address
   t.binding->release_device();
   t.state = tensor_state::dropped;
+  // Note [Recompute limit]: the drop commits its recompute, and that of the
+  // parents its replay will need.
+  t.committed_ns = t.recompute_cost_ns + lineage_.evicted_parents_cost(t.id);
+  committed_recompute_ns_ += t.committed_ns;
+  t.dropped_this_step = true;
   lineage_.evicted(t.id);
   ++stats_.drops;
 }

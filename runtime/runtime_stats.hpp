@@ -21,6 +21,7 @@ struct runtime_stats {
   std::uint64_t evictions = 0;  ///< victims chosen by the policy (swap or drop)
   std::uint64_t host_fallbacks = 0;  ///< swaps refused by the host pool
   std::uint64_t shared_skips = 0;    ///< victims skipped: storage held elsewhere (can_release)
+  std::uint64_t recompute_limited = 0;  ///< drops turned into swaps: Note [Recompute limit]
   // --- what it cost -------------------------------------------------------
   /// Accesses that found their copy not yet arrived, or that recomputed.
   std::uint64_t stalls = 0;
