@@ -20,7 +20,25 @@ std::pair<eviction_action, double> hybrid_policy::price(const managed_tensor& t,
 }
 
 void hybrid_policy::plan_step(const step_record& recorded, const planning_inputs& in) {
+  // Note [Replanning]: a step that ran under the plan without pressure, the
+  // same shape and budget as the one planned from, keeps its plan.
+  if (!plan_.empty() && recorded.pressure_floor_bytes == 0 && in.budget_bytes == planned_budget_ &&
+      same_shape(recorded, planned_from_)) {
+    return;
+  }
   plan_ = make_step_plan(recorded, {in.budget_bytes, in.unmanaged_bytes, in.bandwidth});
+  planned_budget_ = in.budget_bytes;
+  planned_from_.clear();
+  for (const step_tensor& t : recorded.tensors) planned_from_.push_back(t.bytes);
+  planned_from_.push_back(recorded.events.size());
+}
+
+bool hybrid_policy::same_shape(const step_record& r, const std::vector<std::size_t>& shape) {
+  if (shape.size() != r.tensors.size() + 1 || shape.back() != r.events.size()) return false;
+  for (std::size_t i = 0; i < r.tensors.size(); ++i) {
+    if (r.tensors[i].bytes != shape[i]) return false;
+  }
+  return true;
 }
 
 std::optional<eviction_choice> hybrid_policy::choose(const policy_context& ctx) {

@@ -15,9 +15,19 @@
 //         Note [Evicted neighbourhood]);
 // divided by bytes x staleness, as DTR does; the victim takes its cheaper
 // action.
+//
+// Note [Replanning]
+// Planning is O(events x live tensors) and costs about 2% of the step on
+// DTR's Transformer log (5.7 ms for a 276 ms step, on two CPU cores). A
+// step that ran under the plan with no reclaim (pressure_floor_bytes 0),
+// with the same tensors (count and sizes), events and budget as the step the
+// plan was made from, keeps the plan: the steady state plans once. A reclaim,
+// a new shape or a new budget makes a new plan from the step just recorded.
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "runtime/eviction_policy.hpp"
 #include "runtime/step_planner.hpp"
@@ -37,8 +47,12 @@ class hybrid_policy final : public eviction_policy {
   static std::pair<eviction_action, double> price(const managed_tensor& t, const policy_context& ctx);
 
  private:
+  static bool same_shape(const step_record& r, const std::vector<std::size_t>& shape);
+
   std::size_t k_;
   step_plan plan_;
+  std::optional<std::size_t> planned_budget_;
+  std::vector<std::size_t> planned_from_;  // tensor sizes, then the event count
 };
 
 }  // namespace tp

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "core/errors.hpp"
 #include "core/format_bytes.hpp"
 
@@ -310,7 +312,13 @@ void memory_runtime::plan_locked() {
     const auto reserved = static_cast<std::size_t>(alloc_.stats().reserved_bytes.all().peak);
     in.unmanaged_bytes = reserved > prev->peak_live_bytes ? reserved - prev->peak_live_bytes : 0;
   }
+  // Planning is policy bookkeeping too (Note [Cheap victim choice]): wall time.
+  const auto t0 = std::chrono::steady_clock::now();
   policy_->plan_step(*prev, in);
+  const std::int64_t spent =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  stats_.policy_ns += spent;
+  stats_.plan_ns += spent;
 }
 
 void memory_runtime::poll() {

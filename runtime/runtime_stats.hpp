@@ -30,7 +30,8 @@ struct runtime_stats {
   std::uint64_t late_copies = 0;
   std::uint64_t cancelled_prefetches = 0;  ///< prefetches taken back unused by a reclaim
   std::int64_t stall_ns = 0;     ///< host time on the runtime's clock (recomputes)
-  std::int64_t policy_ns = 0;    ///< wall time spent in eviction_policy::choose
+  std::int64_t policy_ns = 0;    ///< wall time in eviction_policy::choose and plan_step
+  std::int64_t plan_ns = 0;      ///< of which plan_step (once per step)
   std::uint64_t policy_calls = 0;
   std::uint64_t reclaims = 0;
   std::size_t reclaimed_bytes = 0;

@@ -45,19 +45,15 @@ class copy_channel {
   // starts, or nothing when the channel has no room before the deadline.
   std::optional<std::int64_t> backward(std::int64_t deadline, std::int64_t need, bool commit) {
     if (deadline <= 0) return std::nullopt;
-    std::int64_t b = (deadline - 1) / w_;
     std::int64_t at = deadline;
-    std::vector<std::pair<std::int64_t, std::int64_t>> taken;
-    for (; b >= 0; --b) {
-      const std::int64_t room = std::min(free(b), at - b * w_);
-      const std::int64_t take = std::min(room, need);
-      taken.emplace_back(b, take);
-      need -= take;
-      if (need == 0) {
-        if (commit) {
-          for (const auto& [bucket, ns] : taken) use(bucket, ns);
-        }
-        return at - take;
+    std::int64_t left = need;
+    for (std::int64_t b = (deadline - 1) / w_; b >= 0; --b) {
+      const std::int64_t take = std::min({free(b), at - b * w_, left});
+      left -= take;
+      if (left == 0) {
+        const std::int64_t start = at - take;
+        if (commit) fill_back(deadline, need);
+        return start;
       }
       at = b * w_;
     }
@@ -65,6 +61,15 @@ class copy_channel {
   }
 
  private:
+  void fill_back(std::int64_t deadline, std::int64_t need) {
+    std::int64_t at = deadline;
+    for (std::int64_t b = (deadline - 1) / w_; b >= 0 && need > 0; --b) {
+      const std::int64_t take = std::min({free(b), at - b * w_, need});
+      use(b, take);
+      need -= take;
+      at = b * w_;
+    }
+  }
   std::int64_t free(std::int64_t b) const {
     return static_cast<std::size_t>(b) < used_.size() ? cap_ - used_[static_cast<std::size_t>(b)] : cap_;
   }
@@ -99,6 +104,8 @@ step_plan make_step_plan(const step_record& rec, const step_planner_inputs& in) 
   const std::size_t count = rec.tensors.size();
 
   auto t_at = [&](std::size_t i) { return rec.events[std::min(i, n - 1)].t_ns; };
+  std::vector<std::int64_t> times(n);
+  for (std::size_t i = 0; i < n; ++i) times[i] = i > 0 ? std::max(times[i - 1], rec.events[i].t_ns) : rec.events[i].t_ns;
   std::vector<std::size_t> end(count, n);  // untrack position
   for (std::size_t i = 0; i < n; ++i) {
     if (rec.events[i].kind == step_event_kind::untrack && rec.events[i].ordinal < count) end[rec.events[i].ordinal] = i;
@@ -106,6 +113,7 @@ step_plan make_step_plan(const step_record& rec, const step_planner_inputs& in) 
   const std::int64_t bucket_ns = std::max<std::int64_t>(rec.duration_ns / 4096, 1000);
   constexpr double swap_weight = 0.02;  // Note [Planning margins]
   constexpr double derate = 0.7;
+  constexpr std::size_t lookahead = 1;  // events whose growth one pricing covers
   copy_channel out(bucket_ns, derate), back(bucket_ns, derate);
 
   std::vector<std::size_t> away_until(count, 0);
@@ -113,18 +121,20 @@ step_plan make_step_plan(const step_record& rec, const step_planner_inputs& in) 
   std::vector<std::size_t> returning(n + 1, 0);  // bytes back at each event
   // The time to have o back at event u when it is not there: its recompute,
   // and that of its parents not there either (dropped by the plan, or freed
-  // by the step: the replay re-creates them); a parent swapped away costs an
-  // unplanned copy.
+  // by the step: the replay re-creates them, once); a parent swapped away
+  // costs an unplanned copy. Depth-limited; an ancestor reached twice is
+  // priced twice (a replay of each child may need it again: over, not
+  // under).
   const auto chain = [&](auto& self, std::size_t o, std::size_t u, int depth) -> std::int64_t {
     std::int64_t cost = rec.tensors[o].recompute_cost_ns;
-    if (depth >= 6) return cost;
+    if (depth >= 4) return cost;
     for (std::size_t p : rec.tensors[o].parents) {
       if (p >= count) continue;
       const step_tensor& pt = rec.tensors[p];
       const bool freed = end[p] <= u;
       if (!freed && away_until[p] <= u) continue;  // there
-      if (freed || away_by_drop[p]) {
-        cost += pt.recompute_cost_ns > 0 ? self(self, p, u, depth + 1) : in.bandwidth.transfer_ns(pt.bytes);
+      if ((freed || away_by_drop[p]) && pt.recompute_cost_ns > 0) {
+        cost += self(self, p, u, depth + 1);
       } else {
         cost += in.bandwidth.transfer_ns(pt.bytes);
       }
@@ -132,6 +142,16 @@ step_plan make_step_plan(const step_record& rec, const step_planner_inputs& in) 
     return cost;
   };
   std::vector<std::size_t> live;                 // evictable ordinals live now
+  std::vector<candidate> heap;                   // this event's candidates, cheapest on top
+  // Cheaper per byte first; then larger; then tracked earlier (in a
+  // training step, needed again later).
+  const auto worse = [&](const candidate& a, const candidate& b) {
+    if (a.cost_per_byte != b.cost_per_byte) return a.cost_per_byte > b.cost_per_byte;
+    if (rec.tensors[a.ordinal].bytes != rec.tensors[b.ordinal].bytes) {
+      return rec.tensors[a.ordinal].bytes < rec.tensors[b.ordinal].bytes;
+    }
+    return a.ordinal > b.ordinal;
+  };
   std::size_t saved = 0;
 
   for (std::size_t i = 0; i < n; ++i) {
@@ -144,73 +164,93 @@ step_plan make_step_plan(const step_record& rec, const step_planner_inputs& in) 
         if (it != live.end()) live.erase(it);
       }
     }
+    std::size_t need = floor + rec.live_bytes[i] - std::min(saved, rec.live_bytes[i]);
+    if (need <= budget) {
+      plan.planned_peak_bytes = std::max(plan.planned_peak_bytes, need);
+      continue;
+    }
     // The first input of the operator that allocates at i: inputs pinned
     // then are accessed in the run of access events just before i.
     std::size_t run_begin = i;
     while (run_begin > 0 && rec.events[run_begin - 1].kind == step_event_kind::access) --run_begin;
     const std::int64_t needed_by = i > 0 ? t_at(i - 1) : t_at(0);
-
-    std::size_t need = floor + rec.live_bytes[i] - std::min(saved, rec.live_bytes[i]);
-    while (need > budget) {
-      candidate best;
-      for (std::size_t o : live) {
-        if (away_until[o] > i || o == e.ordinal) continue;
-        const step_tensor& st = rec.tensors[o];
-        const auto next_it = std::upper_bound(st.uses.begin(), st.uses.end(), i);
-        if (next_it == st.uses.begin()) continue;  // not tracked yet
-        const std::size_t prev = *(next_it - 1);
-        const bool used_again = next_it != st.uses.end();
-        const std::size_t next = used_again ? *next_it : n;
-        candidate c;
-        c.ordinal = o;
-        const double bytes = static_cast<double>(std::max<std::size_t>(st.bytes, 1));
-        // A drop: at once, unless the operator at i reads it.
-        if (st.recompute_cost_ns > 0 && prev < run_begin) {
-          const std::int64_t cost = used_again ? chain(chain, o, next, 0) : 0;
-          c.action = eviction_action::drop;
-          c.cost_ns = cost;
-          c.cost_per_byte = static_cast<double>(cost) / bytes;
-          c.away_until = used_again ? next : end[o];
-        }
-        // A swap: only when it is away at i and costs nothing.
-        const std::int64_t transfer = in.bandwidth.transfer_ns(st.bytes);
-        if (out.forward(st.uses_ns[static_cast<std::size_t>(next_it - 1 - st.uses.begin())], transfer, false) <=
-            needed_by) {
-          std::optional<std::size_t> prefetch_at;
-          bool ok = true;
-          if (used_again) {
-            const auto start = back.backward(t_at(next), transfer, false);
-            ok = start && *start >= t_at(i);
-            if (ok) {
-              // The last event recorded before the prefetch must start.
-              std::size_t p = i;
-              while (p + 1 < next && t_at(p + 1) <= *start) ++p;
-              prefetch_at = p;
-            }
-          }
-          const auto swap_cost = static_cast<std::int64_t>(swap_weight * static_cast<double>(2 * transfer));
-          const double swap_per_byte = static_cast<double>(swap_cost) / bytes;
-          if (ok && swap_per_byte < c.cost_per_byte) {
-            c.action = eviction_action::swap;
-            c.cost_ns = swap_cost;
-            c.cost_per_byte = swap_per_byte;
-            c.away_until = used_again ? *prefetch_at + 1 : end[o];
-            c.prefetch_at = used_again ? *prefetch_at : n;
-            c.out_ready = st.uses_ns[static_cast<std::size_t>(next_it - 1 - st.uses.begin())];
-            c.in_deadline = used_again ? t_at(next) : 0;
-            c.transfer = transfer;
+    // The cheapest way for o to be away at i, if any.
+    const auto evaluate = [&](std::size_t o) -> std::optional<candidate> {
+      if (away_until[o] > i || o == e.ordinal) return std::nullopt;
+      const step_tensor& st = rec.tensors[o];
+      const auto next_it = std::upper_bound(st.uses.begin(), st.uses.end(), i);
+      if (next_it == st.uses.begin()) return std::nullopt;  // not tracked yet
+      const std::size_t prev = *(next_it - 1);
+      const std::int64_t prev_ns = st.uses_ns[static_cast<std::size_t>(next_it - 1 - st.uses.begin())];
+      const bool used_again = next_it != st.uses.end();
+      const std::size_t next = used_again ? *next_it : n;
+      candidate c;
+      c.ordinal = o;
+      const double bytes = static_cast<double>(std::max<std::size_t>(st.bytes, 1));
+      // A drop: at once, unless the operator at i reads it.
+      if (st.recompute_cost_ns > 0 && prev < run_begin) {
+        const std::int64_t cost = used_again ? chain(chain, o, next, 0) : 0;
+        c.action = eviction_action::drop;
+        c.cost_ns = cost;
+        c.cost_per_byte = static_cast<double>(cost) / bytes;
+        c.away_until = used_again ? next : end[o];
+      }
+      // A swap: only when it is away at i, its copies hidden.
+      const std::int64_t transfer = in.bandwidth.transfer_ns(st.bytes);
+      const auto swap_cost = static_cast<std::int64_t>(swap_weight * static_cast<double>(2 * transfer));
+      const double swap_per_byte = static_cast<double>(swap_cost) / bytes;
+      if (swap_per_byte < c.cost_per_byte && out.forward(prev_ns, transfer, false) <= needed_by) {
+        std::optional<std::size_t> prefetch_at;
+        bool ok = true;
+        if (used_again) {
+          const auto start = back.backward(t_at(next), transfer, false);
+          ok = start && *start >= t_at(i);
+          if (ok) {
+            // The last event recorded before the prefetch must start
+            // (event times do not decrease).
+            const auto after = std::upper_bound(times.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                                times.begin() + static_cast<std::ptrdiff_t>(next), *start);
+            prefetch_at = static_cast<std::size_t>(after - times.begin()) - 1;
           }
         }
-        if (c.cost_per_byte == std::numeric_limits<double>::infinity()) continue;
-        const bool wins = c.cost_per_byte < best.cost_per_byte ||
-                          (c.cost_per_byte == best.cost_per_byte &&
-                           st.bytes > rec.tensors[best.ordinal].bytes);
-        if (wins) best = c;
+        if (ok) {
+          c.action = eviction_action::swap;
+          c.cost_ns = swap_cost;
+          c.cost_per_byte = swap_per_byte;
+          c.away_until = used_again ? *prefetch_at + 1 : end[o];
+          c.prefetch_at = used_again ? *prefetch_at : n;
+          c.out_ready = prev_ns;
+          c.in_deadline = used_again ? t_at(next) : 0;
+          c.transfer = transfer;
+        }
       }
-      if (best.cost_per_byte == std::numeric_limits<double>::infinity()) {
-        plan.fits = false;
-        break;
+      if (c.cost_per_byte == std::numeric_limits<double>::infinity()) return std::nullopt;
+      return c;
+    };
+    // Cover the growth of the next few events too, so that the candidates
+    // are priced once for a run of events over budget, not at each of them.
+    std::size_t ahead = rec.live_bytes[i];
+    for (std::size_t j = i + 1; j < std::min(n, i + lookahead); ++j) ahead = std::max(ahead, rec.live_bytes[j]);
+    const std::size_t target = budget - std::min(budget, ahead - rec.live_bytes[i]);
+    heap.clear();
+    for (std::size_t o : live) {
+      if (auto c = evaluate(o)) heap.push_back(*c);
+    }
+    std::make_heap(heap.begin(), heap.end(), worse);
+    while ((need > budget || (need > target && !heap.empty())) && !heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), worse);
+      const candidate was = heap.back();
+      heap.pop_back();
+      // Earlier choices at this event used channel time and dropped parents:
+      // price it again, and put it back if it got dearer.
+      const std::optional<candidate> now = evaluate(was.ordinal);
+      if (!now) continue;
+      if (now->action != was.action || now->cost_per_byte > was.cost_per_byte) {
+        heap.push_back(*now);
+        std::push_heap(heap.begin(), heap.end(), worse);
+        continue;
       }
+      const candidate& best = *now;
       const step_tensor& st = rec.tensors[best.ordinal];
       const auto next_it = std::upper_bound(st.uses.begin(), st.uses.end(), i);
       planned_eviction pe;
@@ -236,6 +276,7 @@ step_plan make_step_plan(const step_record& rec, const step_planner_inputs& in) 
       if (best.away_until < n) returning[best.away_until] += st.bytes;
       need -= std::min(need, st.bytes);
     }
+    if (need > budget) plan.fits = false;  // nothing more can be away at i
     plan.planned_peak_bytes = std::max(plan.planned_peak_bytes, need);
   }
   std::stable_sort(plan.evictions.begin(), plan.evictions.end(),

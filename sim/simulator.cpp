@@ -183,6 +183,7 @@ class replay {
     r.fragmentation = r.peak_reserved == 0 ? 0.0
         : 1.0 - static_cast<double>(r.peak_allocated) / static_cast<double>(r.peak_reserved);
     r.policy_wall_ns = rt_->stats().policy_ns;
+    r.plan_wall_ns = rt_->stats().plan_ns;
     return r;
   }
 

@@ -100,7 +100,8 @@ struct sim_report {
   std::uint64_t evictions = 0;
   std::uint64_t drops = 0;
   std::uint64_t recomputes = 0;  ///< storages re-created (incl. chains)
-  std::int64_t policy_wall_ns = 0;  ///< wall time in eviction_policy::choose, every replay
+  std::int64_t policy_wall_ns = 0;  ///< wall time in eviction_policy::choose and plan_step, every replay
+  std::int64_t plan_wall_ns = 0;    ///< of which plan_step
 };
 
 /// Replays t under o. Never throws for out of memory (the report says it did

@@ -71,7 +71,7 @@ std::string format_report(const sim_report& r) {
   out += fmt::format("offloaded:         {}\n", format_bytes(r.offloaded_bytes));
   out += fmt::format("prefetched:        {}\n", format_bytes(r.prefetched_bytes));
   out += fmt::format("evictions:         {} ({} drops)\n", r.evictions, r.drops);
-  out += fmt::format("policy wall time:  {}\n", ms(r.policy_wall_ns));
+  out += fmt::format("policy wall time:  {} (planning {})\n", ms(r.policy_wall_ns), ms(r.plan_wall_ns));
   return out;
 }
 
