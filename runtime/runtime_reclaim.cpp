@@ -41,8 +41,8 @@ std::optional<eviction_choice> memory_runtime::choose_locked(std::size_t bytes_n
 bool memory_runtime::recompute_over_limit_locked() const {
   if (prev_step_compute_ns_ < 0) return false;  // the first step: its compute is not known yet
   const std::int64_t own = prev_step_compute_ns_;
-  // 90%: chains deeper than a parent come on top of what is committed.
-  return step_recompute_ns_ + committed_recompute_ns_ > std::max<std::int64_t>(own, 0) / 10 * 9;
+  // 40%: Note [Recompute limit].
+  return step_recompute_ns_ + committed_recompute_ns_ > own / 10 * 4;
 }
 
 void memory_runtime::drop_locked(managed_tensor& t) {
