@@ -25,11 +25,14 @@ std::size_t budget_for_ratio(const sim_report& unconstrained, double ratio) {
 }
 
 sweep_result run_sweep(const trace& t, const sim_options& base, const std::vector<double>& ratios,
-                       const std::vector<policy_kind>& policies) {
+                       const std::vector<policy_kind>& policies, std::optional<std::size_t> ratio_of) {
   sweep_result s;
   sim_options free_run = base;
   free_run.budget_bytes.reset();
   s.unconstrained = simulate(t, free_run);
+  s.ratio_of = ratio_of;
+  sim_report base_peak;
+  base_peak.peak_reserved = ratio_of.value_or(s.unconstrained.peak_reserved);
   s.policies = policies;
   s.ratios = ratios;
   for (policy_kind p : policies) {
@@ -37,7 +40,7 @@ sweep_result run_sweep(const trace& t, const sim_options& base, const std::vecto
     for (double ratio : ratios) {
       sim_options o = base;
       o.policy = p;
-      o.budget_bytes = budget_for_ratio(s.unconstrained, ratio);
+      o.budget_bytes = budget_for_ratio(base_peak, ratio);
       sweep_point pt{ratio, simulate(t, o)};
       compare(pt.report, s.unconstrained);
       row.push_back(std::move(pt));
@@ -130,6 +133,35 @@ std::string format_sweep_summary(const sweep_result& s) {
     }
     out += fmt::format("| {} | {} | {} | {} | {} |\n", to_string(s.policies[p]), ratio_text(smallest),
                        ratio_text(down_to), at(p, 0.5), at(p, 0.3));
+  }
+  return out;
+}
+
+std::string format_slowdown_matrix(const sweep_result& s, const std::vector<double>& reference,
+                                   const std::string& reference_name) {
+  const bool with_reference = reference.size() == s.ratios.size();
+  std::string out = "| ratio | budget |";
+  std::string rule = "|---|---|";
+  if (with_reference) {
+    out += fmt::format(" {} |", reference_name);
+    rule += "---|";
+  }
+  for (policy_kind p : s.policies) {
+    out += fmt::format(" {} |", to_string(p));
+    rule += "---|";
+  }
+  out += "\n" + rule + "\n";
+  for (std::size_t r = 0; r < s.ratios.size(); ++r) {
+    const std::size_t budget = s.points.empty() ? 0 : s.points[0][r].report.budget_bytes.value_or(0);
+    out += fmt::format("| {:.1f} | {} |", s.ratios[r], format_bytes(budget));
+    if (with_reference) {
+      out += reference[r] > 0 ? fmt::format(" {:.3f} |", reference[r]) : std::string(" OOM |");
+    }
+    for (std::size_t p = 0; p < s.points.size(); ++p) {
+      const sim_report& rep = s.points[p][r].report;
+      out += rep.fits ? fmt::format(" {:.3f} |", rep.slowdown) : std::string(" no |");
+    }
+    out += "\n";
   }
   return out;
 }
