@@ -83,23 +83,25 @@ std::string format_sweep_table(const sweep_result& s) {
       "Unconstrained: peak reserved {} ({} B), peak allocated {}, step {}.\n\n",
       format_bytes(s.unconstrained.peak_reserved), s.unconstrained.peak_reserved,
       format_bytes(s.unconstrained.peak_allocated), ms(s.unconstrained.step_ns));
-  out += "| policy | ratio | budget | fits | slowdown | step ms | recompute ms | stall ms | offloaded | "
-         "prefetched | evictions | peak reserved | frag | policy ms |\n";
-  out += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  out += "| policy | ratio | budget | fits | slowdown | step ms | recompute ms | stall ms | host wait ms | "
+         "host syncs | offloaded | prefetched | evictions | peak reserved | frag | policy ms |\n";
+  out += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (std::size_t p = 0; p < s.points.size(); ++p) {
     for (const sweep_point& pt : s.points[p]) {
       const sim_report& r = pt.report;
       if (!r.fits) {
-        out += fmt::format("| {} | {:.1f} | {} | no | | | | | | | | {} | | {:.3f} |\n", to_string(s.policies[p]),
+        out += fmt::format("| {} | {:.1f} | {} | no | | | | | | | | | | {} | | {:.3f} |\n", to_string(s.policies[p]),
                            pt.ratio, format_bytes(r.budget_bytes.value_or(0)), format_bytes(r.peak_reserved),
                            static_cast<double>(r.policy_wall_ns) / 1e6);
         continue;
       }
       out += fmt::format(
-          "| {} | {:.1f} | {} | yes | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {} | {} | {} | {} | {:.1f}% | {:.3f} |\n",
+          "| {} | {:.1f} | {} | yes | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {} | {} | {} | {} | {} | {:.1f}% | "
+          "{:.3f} |\n",
           to_string(s.policies[p]), pt.ratio, format_bytes(r.budget_bytes.value_or(0)), r.slowdown,
           static_cast<double>(r.step_ns) / 1e6, static_cast<double>(r.recompute_ns) / 1e6,
-          static_cast<double>(r.stall_ns) / 1e6, format_bytes(r.offloaded_bytes), format_bytes(r.prefetched_bytes),
+          static_cast<double>(r.stall_ns) / 1e6, static_cast<double>(r.host_wait_ns) / 1e6, r.host_syncs,
+          format_bytes(r.offloaded_bytes), format_bytes(r.prefetched_bytes),
           r.evictions, format_bytes(r.peak_reserved), 100 * r.fragmentation,
           static_cast<double>(r.policy_wall_ns) / 1e6);
     }
