@@ -179,6 +179,11 @@ void caching_allocator::set_trace(allocator_trace* t) {
   trace_ = t;
 }
 
+void caching_allocator::set_segment_listener(segment_listener* l) {
+  std::lock_guard lock(mutex_);
+  segment_listener_ = l;
+}
+
 std::size_t caching_allocator::allocation_size(const void* ptr) const {
   std::lock_guard lock(mutex_);
   const auto it = allocated_.find(reinterpret_cast<std::uintptr_t>(ptr));
@@ -256,6 +261,7 @@ block* caching_allocator::allocate_segment(pool_kind pool, std::size_t size, str
   stats_.reserved_bytes.add(pool, i64(seg_size));
   if (seg_size >= max_split_size_) stats_.oversize_segments.add(1);
   notify(allocator_event_kind::segment_alloc, b, seg_size);
+  if (segment_listener_ != nullptr) segment_listener_->on_segment_alloc(b->address, seg_size, stream);
   return b;
 }
 
@@ -390,6 +396,7 @@ std::size_t caching_allocator::release_cached_segments() {
       it = blocks->erase(it);
       const auto seg_it = segments_.find(b->address);
       const std::size_t size = seg_it->second->size;
+      if (segment_listener_ != nullptr) segment_listener_->on_segment_free(b->address, size, b->stream);
       device_.deallocate(b->ptr(), size);
       ++stats_.num_device_free;
       stats_.segment.add(b->pool, -1);

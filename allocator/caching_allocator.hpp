@@ -36,6 +36,7 @@
 #include "allocator/block.hpp"
 #include "allocator/memory_stats.hpp"
 #include "allocator/reclaimer.hpp"
+#include "allocator/segment_listener.hpp"
 #include "allocator/snapshot.hpp"
 #include "device/device.hpp"
 
@@ -99,6 +100,11 @@ class caching_allocator {
   /// trace]; nullptr: stop). Not owned; detach it before destroying it. Once
   /// this returns, no record is on its way into the previous trace.
   void set_trace(allocator_trace* t);
+
+  /// Tells `l` about every segment taken from or returned to the device from
+  /// now on (nullptr: stop). Not owned; detach it before destroying it. Once
+  /// this returns, no call to the previous listener is under way.
+  void set_segment_listener(segment_listener* l);
 
   /// The size of the block behind an allocated pointer, or 0 if unknown.
   std::size_t allocation_size(const void* ptr) const;
@@ -167,6 +173,7 @@ class caching_allocator {
   std::optional<std::size_t> budget_;
   reclaimer* reclaimer_ = nullptr;
   allocator_trace* trace_ = nullptr;
+  segment_listener* segment_listener_ = nullptr;
   detail::block_pool small_blocks_;
   detail::block_pool large_blocks_;
   std::unordered_map<std::uintptr_t, detail::block*> allocated_;

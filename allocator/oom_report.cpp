@@ -23,13 +23,27 @@ std::string format_oom_message(const oom_figures& f) {
   msg += fmt::format(" (largest free block {}, fragmentation {:.1f}%). Device: {} total, {} free.",
                      format_bytes(f.largest_free_block), fragmentation, format_bytes(f.device.total_bytes),
                      format_bytes(f.device.free_bytes));
-  msg += fmt::format(" Reclaim freed {}", format_bytes(f.reclaimed));
-  msg += f.reclaimer_account.empty() ? "." : fmt::format(" ({}).", f.reclaimer_account);
+  const bool has_runtime = !f.reclaimer_account.empty();
+  if (has_runtime || f.reclaimed > 0) {
+    msg += fmt::format(" Reclaim freed {}", format_bytes(f.reclaimed));
+    msg += has_runtime ? fmt::format(" ({}).", f.reclaimer_account) : ".";
+  }
+  // Note [Why a reclaim fell short] in runtime/runtime.cpp: the allocator's part.
+  const bool fragmented = cached >= f.requested && f.largest_free_block < f.requested;
+  if (fragmented) {
+    msg += fmt::format(" The free memory is fragmented: {} is cached but free, but the largest free block ({}) is "
+                       "smaller than the request, and the rest lies between blocks still in use.",
+                       format_bytes(cached), format_bytes(f.largest_free_block));
+  }
   const bool budget_bound = f.budget && f.reserved + f.requested > *f.budget;
   if (budget_bound) {
-    msg += " Hint: raise the budget (key 'budget') or reduce the batch size.";
-  } else if (cached >= f.requested) {
-    msg += " Hint: the free memory is fragmented; a smaller 'max_split_size' may help.";
+    msg += " Hint: raise the budget (key 'budget') or reduce the batch size";
+    // Nothing evicts under this budget yet: say that tensorpager can.
+    msg += has_runtime ? "." : "; or let tensorpager swap activations to host memory and recompute them to stay under "
+                               "it: wrap the training loop in `with tensorpager.budget(...)` (Python) or a "
+                               "`tensorpager::budget_scope` (C++).";
+  } else if (fragmented) {
+    msg += " Hint: a smaller 'max_split_size' keeps large blocks whole.";
   } else {
     msg += " Hint: the device itself is full; free tensors or reduce the batch size.";
   }

@@ -1,19 +1,32 @@
 // cuda_adapter, the allocating half: installation, devices, allocation and
-// freeing, streams, copies. Statistics, snapshots, budgets and observers are
-// in cuda_adapter_inspection.cpp; the unsupported features in
+// freeing, copies. Statistics, snapshots, budgets and observers are in
+// cuda_adapter_inspection.cpp; streams and trace entries in
+// cuda_adapter_streams.cpp; the unsupported features in
 // cuda_adapter_unsupported.cpp.
 //
-// Note [Two CUDA runtimes]
-// tp_device_cuda links the static CUDA runtime (Note [No link against
-// libcuda] in device/cuda/driver_api.hpp) while PyTorch uses the shared one.
-// Both attach to the device's primary context, so memory, streams and events
-// made by either are valid in the other: a cudaStream_t from PyTorch is a
-// CUstream of the primary context, which is what tp::cuda_device receives as
-// a stream_id. The few runtime calls made here directly (copy_data,
-// memcpyAsync, enablePeerAccess) go to the static runtime too, and
-// tensorpager._C hides its copy's symbols (--exclude-libs) so neither runtime
-// interposes on the other. Peer access is a property of the context, so
-// enabling it here enables it for PyTorch's kernels as well.
+// Note [No CUDA call before the first allocation]
+// The adapter is installed when torch is imported (Note [Start-up hook] in
+// python/tensorpager/_import_hook.py). A CUDA call there would initialise the
+// driver during `import torch`: a CUDA_VISIBLE_DEVICES set afterwards would be
+// ignored, and a process forked afterwards could not use CUDA. PyTorch defers
+// its own initialisation to the first use, and so does tensorpager: creating
+// and installing the adapter, init(), and every statistic of a device not
+// used yet make no CUDA call; the platform loads the driver when the first
+// device is opened, which is the first allocation on it (or an explicit
+// query about it, such as torch.cuda.mem_get_info). Tests count the driver
+// calls (cuda_platform::driver_calls) to hold this.
+//
+// Note [Device guards]
+// Two kinds of current device matter. The driver's current context: every
+// tp::cuda_device call makes its own device's context current and restores
+// the caller's (Note [CUDA current context] in device/cuda/cuda_device.hpp),
+// so a device call is right whatever is current. And PyTorch's current
+// device: an allocation may run the budget runtime's reclaim, which may
+// recompute activations through PyTorch, which allocates on PyTorch's current
+// device. So every allocation runs with its own device current
+// (platform_device_guard), and so do the calls made for a given device
+// (setMemoryFraction, cacheInfo, getMemoryInfo). On the fast path the device
+// is the current one and the guard only reads it.
 
 #include "hooks/cuda_adapter.hpp"
 
@@ -25,12 +38,21 @@
 #include <string>
 
 #include <c10/core/Allocator.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
 
 #include "core/errors.hpp"
+#include "hooks/c10_cuda_platform.hpp"
 #include "hooks/c10_errors.hpp"
+
+// Note [CUDAAllocator's inline getMemoryInfo]
+// torch's CUDAAllocator defines getMemoryInfo in its header, calling
+// cudaMemGetInfo. This file holds cuda_adapter's constructor, so the compiler
+// emits CUDAAllocator's vtable here (the base's constructor stores it) and,
+// with it, that function. cuda_adapter overrides getMemoryInfo (through its
+// device), so the base's copy is never called; declaring the runtime function
+// weak keeps its reference from making tensorpager._C depend on a CUDA runtime
+// (Note [Driver API only] in device/cuda/driver_api.hpp; the symbols check
+// accepts weak references, which load nothing).
+#pragma weak cudaMemGetInfo
 
 namespace tp::hooks {
 namespace {
@@ -47,6 +69,7 @@ std::atomic<cuda_adapter*>& installed_adapter() {
 constexpr std::uint8_t install_priority = std::numeric_limits<std::uint8_t>::max();
 
 stream_id to_stream_id(cudaStream_t s) { return stream_id{reinterpret_cast<std::uintptr_t>(s)}; }
+cudaStream_t to_cuda_stream(stream_id s) { return reinterpret_cast<cudaStream_t>(to_underlying(s)); }
 
 std::size_t index_of(c10::DeviceIndex device) {
   if (device < 0) throw invalid_argument("tensorpager: negative CUDA device index " + std::to_string(device));
@@ -55,22 +78,23 @@ std::size_t index_of(c10::DeviceIndex device) {
 
 }  // namespace
 
-cuda_adapter::cuda_adapter(const config& cfg) : config_(cfg) {}
+cuda_adapter::cuda_adapter(const config& cfg, std::unique_ptr<cuda_platform> platform)
+    : config_(cfg), platform_(platform != nullptr ? std::move(platform) : make_c10_cuda_platform()) {}
 
-cuda_adapter& cuda_adapter::create(const config& cfg) {
-  return *new cuda_adapter(cfg);  // intentionally leaked: Note [CUDA adapter installation]
+cuda_adapter& cuda_adapter::create(const config& cfg, std::unique_ptr<cuda_platform> platform) {
+  return *new cuda_adapter(cfg, std::move(platform));  // intentionally leaked: Note [CUDA adapter installation]
 }
 
 void cuda_adapter::install() {
   namespace cca = c10::cuda::CUDACachingAllocator;
   cca::CUDAAllocator* current = cca::get();
   if (current == this) return;
-  if (cuda_device::device_count() == 0) {
-    throw config_error("tensorpager: device:cuda, but this process sees no CUDA device (no driver, no GPU, "
-                       "or CUDA_VISIBLE_DEVICES hides them); use device:cpu for the simulated device");
-  }
+  // No device count, no driver: Note [No CUDA call before the first
+  // allocation]. Without a GPU the first CUDA allocation says so.
   if (current != nullptr && current->initialized()) {
-    const int count = c10::cuda::device_count();
+    // PyTorch initialised CUDA already (so counting devices costs nothing
+    // new) and will not call init() again.
+    const int count = platform_->device_count();
     for (c10::DeviceIndex d = 0; d < count; ++d) {
       const auto reserved = current->getDeviceStats(d).reserved_bytes[0].current;
       if (reserved > 0) {
@@ -80,7 +104,6 @@ void cuda_adapter::install() {
                            "before using torch.cuda, or set PYTORCH_CUDA_ALLOC_CONF=backend:tensorpager)");
       }
     }
-    // PyTorch initialised CUDA already and will not call init() again.
     device_count_.store(count);
     initialized_.store(true);
   }
@@ -96,6 +119,17 @@ caching_allocator* cuda_adapter::opened(c10::DeviceIndex device) const noexcept 
   return allocators_[static_cast<std::size_t>(device)].load(std::memory_order_acquire);
 }
 
+caching_allocator* cuda_adapter::opened_current() {
+  if (device_limit_.load(std::memory_order_acquire) == 0) return nullptr;  // nothing to ask CUDA about
+  return opened(static_cast<c10::DeviceIndex>(platform_->current_device()));
+}
+
+void cuda_adapter::check_device(c10::DeviceIndex device) const {
+  const int count = device_count_.load();
+  TORCH_CHECK(device >= 0 && (!initialized_.load() || device < count), "Invalid device argument ", device,
+              ": tensorpager serves the ", count, " CUDA device(s) PyTorch sees");
+}
+
 caching_allocator& cuda_adapter::allocator_for(c10::DeviceIndex device) {
   if (caching_allocator* a = opened(device)) return *a;
   const std::size_t i = index_of(device);
@@ -103,8 +137,8 @@ caching_allocator& cuda_adapter::allocator_for(c10::DeviceIndex device) {
   std::lock_guard lock(open_mutex_);
   if (caching_allocator* a = allocators_[i].load(std::memory_order_acquire)) return *a;
   auto state = std::make_unique<device_state>();
-  state->device = cuda_device::open(device);
-  state->total_bytes = state->device->memory().total_bytes;
+  state->dev = platform_->open_device(device);
+  state->total_bytes = state->dev->memory().total_bytes;
   caching_allocator::options opts;
   if (budget_override_) {
     opts.budget = *budget_override_;
@@ -112,7 +146,10 @@ caching_allocator& cuda_adapter::allocator_for(c10::DeviceIndex device) {
     opts.budget = config_.budget->resolve_for_device(state->total_bytes, "CUDA device " + std::to_string(i));
   }
   if (config_.max_split_size) opts.max_split_size = *config_.max_split_size;
-  state->allocator = std::make_unique<caching_allocator>(*state->device, opts);
+  state->allocator = std::make_unique<caching_allocator>(*state->dev, opts);
+  state->tracer.adapter = this;
+  state->tracer.device = device;
+  state->allocator->set_segment_listener(&state->tracer);
   caching_allocator* a = state->allocator.get();
   states_[i] = std::move(state);
   if (event_log_ != nullptr) attach_recorder(i);
@@ -123,25 +160,34 @@ caching_allocator& cuda_adapter::allocator_for(c10::DeviceIndex device) {
   return *a;
 }
 
+cuda_adapter::device_state& cuda_adapter::state_of(c10::DeviceIndex device) {
+  std::lock_guard lock(open_mutex_);
+  return *states_[index_of(device)];
+}
+
 runtime_resources cuda_adapter::runtime_resources_now() {
-  const c10::DeviceIndex d = c10::cuda::current_device();
+  const auto d = static_cast<c10::DeviceIndex>(platform_->current_device());
   caching_allocator& a = allocator_for(d);
+  const stream_id compute = platform_->current_stream(d);
   std::lock_guard lock(open_mutex_);
   device_state& state = *states_[index_of(d)];
   if (!state.host) {
     pinned_host_pool::options o;
     o.host_budget = config_.host_budget;
     o.fallback = config_.host_fallback == host_fallback_mode::pageable ? host_fallback::pageable : host_fallback::error;
-    state.host = std::make_unique<pinned_host_pool>(*state.device, o);
+    state.host = std::make_unique<pinned_host_pool>(*state.dev, o);
   }
-  return runtime_resources{*state.device, a, *state.host, clock_,
-                           to_stream_id(c10::cuda::getCurrentCUDAStream(d).stream()), /*host_synchronous=*/false, d};
+  runtime_resources res{*state.dev, a, *state.host, clock_, compute, /*host_synchronous=*/false, d};
+  // Note [Restores allocate for the tensor's device and stream] in runtime_host.hpp.
+  res.allocate_on_compute = [this, d, compute](std::size_t bytes) {
+    return allocate_on(d, bytes, to_cuda_stream(compute));
+  };
+  return res;
 }
 
 std::size_t cuda_adapter::total_bytes(c10::DeviceIndex device) {
   allocator_for(device);
-  std::lock_guard lock(open_mutex_);
-  return states_[index_of(device)]->total_bytes;
+  return state_of(device).total_bytes;
 }
 
 allocator_stats cuda_adapter::unopened_stats() {
@@ -164,6 +210,7 @@ allocator_stats cuda_adapter::unopened_stats() {
 // --- allocation -------------------------------------------------------------------
 
 void* cuda_adapter::allocate_on(c10::DeviceIndex device, std::size_t n, cudaStream_t stream) {
+  const platform_device_guard guard(*platform_, device);  // Note [Device guards]
   caching_allocator& a = with_c10_errors([&]() -> caching_allocator& { return allocator_for(device); });
   void* ptr = nullptr;
   try {
@@ -194,44 +241,54 @@ void* cuda_adapter::allocate_on(c10::DeviceIndex device, std::size_t n, cudaStre
 }
 
 c10::DataPtr cuda_adapter::allocate(std::size_t n) {
-  const c10::DeviceIndex device = c10::cuda::current_device();
-  void* ptr = allocate_on(device, n, c10::cuda::getCurrentCUDAStream(device).stream());
+  const auto device = static_cast<c10::DeviceIndex>(platform_->current_device());
+  void* ptr = allocate_on(device, n, to_cuda_stream(platform_->current_stream(device)));
   return {ptr, ptr, &cuda_adapter::free_ptr, c10::Device(c10::DeviceType::CUDA, device)};
 }
 
 void* cuda_adapter::raw_alloc(std::size_t nbytes) {
-  const c10::DeviceIndex device = c10::cuda::current_device();
-  return allocate_on(device, nbytes, c10::cuda::getCurrentCUDAStream(device).stream());
+  if (nbytes == 0) return nullptr;
+  const auto device = static_cast<c10::DeviceIndex>(platform_->current_device());
+  return allocate_on(device, nbytes, to_cuda_stream(platform_->current_stream(device)));
 }
 
 void* cuda_adapter::raw_alloc_with_stream(std::size_t nbytes, cudaStream_t stream) {
-  return allocate_on(c10::cuda::current_device(), nbytes, stream);
+  if (nbytes == 0) return nullptr;
+  // As PyTorch's: the stream is taken to be one of the current device.
+  return allocate_on(static_cast<c10::DeviceIndex>(platform_->current_device()), nbytes, stream);
 }
 
-void cuda_adapter::free_anywhere(void* ptr) {
+std::optional<std::pair<c10::DeviceIndex, std::size_t>> cuda_adapter::owner_of(const void* ptr) const {
   const std::size_t limit = device_limit_.load(std::memory_order_acquire);
   for (std::size_t i = 0; i < limit; ++i) {
     caching_allocator* a = allocators_[i].load(std::memory_order_acquire);
     if (a == nullptr) continue;
-    const std::size_t size = a->allocation_size(ptr);
-    if (size == 0) continue;
-    const auto device = static_cast<c10::DeviceIndex>(i);
-    if (has_trackers_.load(std::memory_order_relaxed)) {
-      trace(TraceEntry::FREE_REQUESTED, device, reinterpret_cast<std::uintptr_t>(ptr), size, nullptr);
+    if (const std::size_t size = a->allocation_size(ptr); size != 0) {
+      return std::make_pair(static_cast<c10::DeviceIndex>(i), size);
     }
-    a->deallocate(ptr);
-    if (c10::memoryProfilingEnabled()) {
-      const allocator_stats s = a->stats();
-      c10::reportMemoryUsageToProfiler(ptr, -static_cast<std::int64_t>(size),
-                                       static_cast<std::size_t>(s.allocated_bytes.all().current),
-                                       static_cast<std::size_t>(s.reserved_bytes.all().current),
-                                       c10::Device(c10::DeviceType::CUDA, device));
-    }
-    // enable(false) asks for no caching: give freed memory back at once.
-    if (!enabled_.load(std::memory_order_relaxed)) a->empty_cache();
-    return;
   }
-  throw invalid_argument("tensorpager: freeing a CUDA pointer that tensorpager did not allocate");
+  return std::nullopt;
+}
+
+void cuda_adapter::free_anywhere(void* ptr) {
+  const auto owner = owner_of(ptr);
+  if (!owner) throw invalid_argument("tensorpager: freeing a CUDA pointer that tensorpager did not allocate");
+  const auto [device, size] = *owner;
+  caching_allocator& a = *opened(device);
+  if (has_trackers_.load(std::memory_order_relaxed)) {
+    trace(TraceEntry::FREE_REQUESTED, device, reinterpret_cast<std::uintptr_t>(ptr), size, nullptr);
+  }
+  if (cross_device_count_.load(std::memory_order_acquire) != 0) settle_cross_device_uses(device, a, ptr);
+  a.deallocate(ptr);
+  if (c10::memoryProfilingEnabled()) {
+    const allocator_stats s = a.stats();
+    c10::reportMemoryUsageToProfiler(ptr, -static_cast<std::int64_t>(size),
+                                     static_cast<std::size_t>(s.allocated_bytes.all().current),
+                                     static_cast<std::size_t>(s.reserved_bytes.all().current),
+                                     c10::Device(c10::DeviceType::CUDA, device));
+  }
+  // enable(false) asks for no caching: give freed memory back at once.
+  if (!enabled_.load(std::memory_order_relaxed)) a.empty_cache();
 }
 
 void cuda_adapter::free_ptr(void* ptr) noexcept {
@@ -254,42 +311,42 @@ void cuda_adapter::raw_delete(void* ptr) {
 
 c10::DeleterFnPtr cuda_adapter::raw_deleter() const { return &cuda_adapter::free_ptr; }
 
+// --- copies -----------------------------------------------------------------------
+
 void cuda_adapter::copy_data(void* dest, const void* src, std::size_t count) const {
-  C10_CUDA_CHECK(cudaMemcpy(dest, src, count, cudaMemcpyDeviceToDevice));
+  // PyTorch's is a synchronous cudaMemcpy on the legacy default stream: the
+  // same through the device that holds src.
+  const auto owner = owner_of(src);
+  TORCH_CHECK(owner.has_value(), "tensorpager: copy_data from ", src, ", which tensorpager did not allocate");
+  device& dev = opened(owner->first)->dev();
+  with_c10_errors([&] {
+    dev.copy_async(dest, src, count, default_stream);
+    dev.synchronize(default_stream);
+  });
 }
 
-cudaError_t cuda_adapter::memcpyAsync(void* dst, int dstDevice, const void* src, int srcDevice,
-                                      std::size_t count, cudaStream_t stream, bool p2p_enabled) {
-  // As PyTorch's allocator: segments come from cudaMalloc, so a plain copy
-  // works between devices with peer access; without it, ask for a peer copy.
-  if (p2p_enabled || dstDevice == srcDevice) {
-    return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
-  }
-  return cudaMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, stream);
+cudaError_t cuda_adapter::memcpyAsync(void* dst, int dstDevice, const void* src, int srcDevice, std::size_t count,
+                                      cudaStream_t stream, bool /*p2p_enabled*/) {
+  // PyTorch calls this with the device of `stream` current (the source's).
+  // Its allocator needs cudaMemcpyPeerAsync only for memory of expandable
+  // segments (cuMemMap) without peer access; tensorpager's segments are
+  // plain allocations (cuMemAlloc), which a unified-addressing copy reaches
+  // from any device, with or without peer access.
+  (void)dstDevice;
+  (void)srcDevice;
+  const auto current = static_cast<c10::DeviceIndex>(platform_->current_device());
+  with_c10_errors([&] {
+    allocator_for(current).dev().copy_async(dst, src, count, to_stream_id(stream));
+  });
+  return cudaSuccess;
 }
 
 void cuda_adapter::enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) {
-  c10::cuda::CUDAGuard guard(dev);
-  const cudaError_t err = cudaDeviceEnablePeerAccess(dev_to_access, 0);
-  if (err == cudaErrorPeerAccessAlreadyEnabled) {
-    (void)cudaGetLastError();  // clear the sticky-until-read error
-  } else {
-    C10_CUDA_CHECK(err);
-  }
-}
-
-void cuda_adapter::recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) {
-  // Empty tensors have no memory; memory from elsewhere (allocated before
-  // install, or shared by another process) is not ours to track.
-  if (ptr.get() == nullptr || ptr.get_deleter() != &cuda_adapter::free_ptr) return;
-  const c10::DeviceIndex device = ptr.device().index();
-  TORCH_CHECK_NOT_IMPLEMENTED(stream.device_index() == device,
-                              "tensorpager does not support record_stream with a stream of another device "
-                              "(tensor on cuda:", device, ", stream on cuda:", stream.device_index(),
-                              "); unset backend:tensorpager in PYTORCH_CUDA_ALLOC_CONF to use PyTorch's allocator");
-  caching_allocator* a = opened(device);
-  TORCH_CHECK(a != nullptr, "tensorpager: record_stream on cuda:", device, ", which it never allocated on");
-  with_c10_errors([&] { a->record_stream(ptr.get(), to_stream_id(stream.stream())); });
+  with_c10_errors([&] {
+    device& accessor = allocator_for(dev).dev();
+    device& owner = allocator_for(dev_to_access).dev();
+    platform_->enable_peer_access(accessor, owner);
+  });
 }
 
 }  // namespace tp::hooks

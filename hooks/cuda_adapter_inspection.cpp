@@ -1,6 +1,7 @@
 // The inspection and configuration half of cuda_adapter: statistics,
-// snapshots, budgets and fractions, observers and trace trackers, and the
-// allocator_control interface. Allocation and freeing are in cuda_adapter.cpp.
+// snapshots, budgets and fractions, out-of-memory observers, and the
+// allocator_control interface. Allocation and freeing are in cuda_adapter.cpp;
+// trace trackers in cuda_adapter_streams.cpp.
 
 #include <algorithm>
 #include <cmath>
@@ -8,8 +9,6 @@
 #include <exception>
 #include <string>
 
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/util/ApproximateClock.h>
 
 #include "core/errors.hpp"
 #include "hooks/c10_conversions.hpp"
@@ -38,26 +37,9 @@ void cuda_adapter::notify_oom(c10::DeviceIndex device, std::size_t requested) {
   if (has_trackers_.load()) trace(TraceEntry::OOM, device, m.free_bytes, requested, nullptr);
 }
 
-void cuda_adapter::trace(TraceEntry::Action action, c10::DeviceIndex device, std::size_t address,
-                         std::size_t size, cudaStream_t stream) {
-  std::vector<AllocatorTraceTracker> trackers;
-  {
-    std::lock_guard lock(observers_mutex_);
-    trackers = trace_trackers_;
-  }
-  const TraceEntry entry(action, device, address, size, stream, c10::MempoolId_t{0, 0}, c10::getApproximateTime());
-  for (const auto& track : trackers) track(entry);
-}
-
 void cuda_adapter::attachOutOfMemoryObserver(OutOfMemoryObserver observer) {
   std::lock_guard lock(observers_mutex_);
   oom_observers_.push_back(std::move(observer));
-}
-
-void cuda_adapter::attachAllocatorTraceTracker(AllocatorTraceTracker tracker) {
-  std::lock_guard lock(observers_mutex_);
-  trace_trackers_.push_back(std::move(tracker));
-  has_trackers_.store(true);
 }
 
 bool cuda_adapter::isHistoryEnabled() { return false; }
@@ -80,6 +62,7 @@ void cuda_adapter::enable(bool value) { enabled_.store(value); }
 bool cuda_adapter::isEnabled() const { return enabled_.load(); }
 
 double cuda_adapter::getMemoryFraction(c10::DeviceIndex device) {
+  check_device(device);
   return with_c10_errors([&] {
     const std::optional<std::size_t> budget = allocator_for(device).budget();
     if (!budget) return 1.0;
@@ -88,11 +71,22 @@ double cuda_adapter::getMemoryFraction(c10::DeviceIndex device) {
 }
 
 void cuda_adapter::setMemoryFraction(double fraction, c10::DeviceIndex device) {
+  check_device(device);
   TORCH_CHECK_VALUE(fraction >= 0.0 && fraction <= 1.0, "invalid fraction: ", fraction,
                     ". Please set within [0, 1].");
+  const platform_device_guard guard(*platform_, device);  // Note [Device guards] in cuda_adapter.cpp
   with_c10_errors([&] {
     const double bytes = std::floor(fraction * static_cast<double>(total_bytes(device)));
     allocator_for(device).set_budget(static_cast<std::size_t>(bytes));
+  });
+}
+
+std::pair<std::size_t, std::size_t> cuda_adapter::getMemoryInfo(c10::DeviceIndex device) {
+  check_device(device);
+  const platform_device_guard guard(*platform_, device);
+  return with_c10_errors([&] {
+    const memory_info m = allocator_for(device).dev().memory();
+    return std::make_pair(m.free_bytes, m.total_bytes);
   });
 }
 
@@ -101,6 +95,8 @@ std::vector<cuda_adapter::StreamSegmentSize> cuda_adapter::getExpandableSegmentS
 }
 
 void cuda_adapter::cacheInfo(c10::DeviceIndex device, std::size_t* largestBlock) {
+  check_device(device);
+  const platform_device_guard guard(*platform_, device);
   // cuDNN sizes its workspace by this: report what an allocation could get,
   // which the budget limits as much as the device does.
   with_c10_errors([&] {
@@ -136,15 +132,18 @@ void* cuda_adapter::getBaseAllocation(void* ptr, std::size_t* size) {
 // --- statistics and snapshots -----------------------------------------------------
 
 c10::CachingDeviceAllocator::DeviceStats cuda_adapter::getDeviceStats(c10::DeviceIndex device) {
+  check_device(device);
   caching_allocator* a = opened(device);
   return to_device_stats(a != nullptr ? a->stats() : unopened_stats());
 }
 
 void cuda_adapter::resetAccumulatedStats(c10::DeviceIndex device) {
+  check_device(device);
   if (caching_allocator* a = opened(device)) a->reset_accumulated_stats();
 }
 
 void cuda_adapter::resetPeakStats(c10::DeviceIndex device) {
+  check_device(device);
   if (caching_allocator* a = opened(device)) a->reset_peak_stats();
 }
 
@@ -177,18 +176,21 @@ cuda_adapter::SnapshotInfo cuda_adapter::snapshot(c10::MempoolId_t mempool_id, b
 // --- allocator_control -------------------------------------------------------------
 
 std::string cuda_adapter::device_description() {
-  const c10::DeviceIndex device = c10::cuda::current_device();
-  caching_allocator* a = opened(device);
+  // No CUDA call before a device is used: Note [No CUDA call before the
+  // first allocation] in cuda_adapter.cpp.
+  if (device_limit_.load() == 0) return "cuda, not used yet";
+  const int device = platform_->current_device();
+  caching_allocator* a = opened(static_cast<c10::DeviceIndex>(device));
   return "cuda:" + std::to_string(device) + (a != nullptr ? ", " + a->dev().name() : ", not used yet");
 }
 
 allocator_stats cuda_adapter::memory_stats() {
-  caching_allocator* a = opened(c10::cuda::current_device());
+  caching_allocator* a = opened_current();
   return a != nullptr ? a->stats() : unopened_stats();
 }
 
 std::vector<segment_snapshot> cuda_adapter::segments() {
-  caching_allocator* a = opened(c10::cuda::current_device());
+  caching_allocator* a = opened_current();
   return a != nullptr ? a->snapshot() : std::vector<segment_snapshot>{};
 }
 
@@ -217,7 +219,12 @@ void cuda_adapter::change_budget(std::optional<std::size_t> bytes) {
 }
 
 std::optional<std::size_t> cuda_adapter::budget_bytes() {
-  return allocator_for(c10::cuda::current_device()).budget();
+  if (caching_allocator* a = opened_current()) return a->budget();
+  // Not used yet: a size is known without the device, a ratio needs it.
+  const allocator_stats s = unopened_stats();
+  if (s.budget >= 0) return static_cast<std::size_t>(s.budget);
+  if (!config_.budget) return std::nullopt;
+  return allocator_for(static_cast<c10::DeviceIndex>(platform_->current_device())).budget();
 }
 
 void cuda_adapter::release_cache() {
@@ -233,7 +240,7 @@ void cuda_adapter::emptyCache(c10::MempoolId_t mempool_id) {
 }
 
 void cuda_adapter::reset_peaks() {
-  if (caching_allocator* a = opened(c10::cuda::current_device())) a->reset_peak_stats();
+  if (caching_allocator* a = opened_current()) a->reset_peak_stats();
 }
 
 // --- the timeline -----------------------------------------------------------------
@@ -256,7 +263,7 @@ void cuda_adapter::attach_recorder(std::size_t i) {
   // Note [Recording start] in profiler_glue.cpp.
   const auto device = static_cast<std::int16_t>(i);
   profiler::allocator_recorder& recorder = event_log_->open_allocator_recorder(device);
-  event_log_->set_device_name(device, "cuda:" + std::to_string(i) + ", " + state.device->name());
+  event_log_->set_device_name(device, "cuda:" + std::to_string(i) + ", " + state.dev->name());
   const std::optional<std::size_t> budget = state.allocator->budget();
   event_log_->add_initial({device, state.allocator->snapshot(), budget ? static_cast<std::int64_t>(*budget) : -1});
   state.allocator->set_trace(&recorder);

@@ -16,12 +16,14 @@
 // - PyTorch's allocation history: torch.cuda.memory._record_memory_history
 //   (recordHistory with enabled=True; disabling it is accepted). tensorpager's
 //   own timeline (key `timeline`) records allocations instead.
-// - record_stream with a stream of another device than the tensor's.
 //
 // Supported with limits: attachAllocatorTraceTracker trackers receive ALLOC,
-// FREE_REQUESTED and OOM entries, but no SEGMENT_* entries;
-// getExpandableSegmentSizes reports none; snapshot() carries no traces or
-// stack frames; enable(false) releases cached memory after every free.
+// FREE_REQUESTED, SEGMENT_ALLOC, SEGMENT_FREE and OOM entries, but no
+// FREE_COMPLETED (nor SEGMENT_MAP/UNMAP: tensorpager has no expandable
+// segments); getExpandableSegmentSizes reports none; snapshot() carries no
+// traces or stack frames; enable(false) releases cached memory after every
+// free. The row-by-row comparison with PyTorch's allocator is
+// docs/cuda_adapter_review.md.
 //
 // To use any of these, leave PyTorch's allocator in charge: unset
 // backend:tensorpager in PYTORCH_CUDA_ALLOC_CONF (or do not install

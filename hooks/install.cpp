@@ -31,6 +31,9 @@ struct registry {
   tp::hooks::cpu_adapter* cpu = nullptr;  // == active when the CPU adapter is installed
   tp::hooks::runtime_host* host = nullptr;  // the active adapter, for the budget runtime
   c10::Allocator* c10_allocator = nullptr;  // the active adapter, as torch sees it
+#if TP_HOOKS_WITH_CUDA
+  tp::hooks::cuda_adapter* cuda = nullptr;  // == active when the CUDA adapter is installed
+#endif
   tp::config config;                      // valid while active != nullptr
 };
 
@@ -115,6 +118,7 @@ void install(const std::string& conf) {
 #if TP_HOOKS_WITH_CUDA
     tp::hooks::cuda_adapter& adapter = tp::hooks::cuda_adapter::create(cfg);
     adapter.install();
+    r.cuda = &adapter;
     r.active = &adapter;
     r.host = &adapter;
     r.c10_allocator = &adapter;
@@ -183,6 +187,33 @@ void empty_cache() { installed().release_cache(); }
 void reset_peak_stats() { installed().reset_peaks(); }
 
 std::vector<tp::segment_snapshot> snapshot() { return installed().segments(); }
+
+#if TP_HOOKS_WITH_CUDA
+namespace {
+tp::hooks::cuda_adapter* installed_cuda() {
+  registry& r = the_registry();
+  std::lock_guard lock(r.mutex);
+  return r.cuda;
+}
+}  // namespace
+
+std::uint64_t cuda_driver_calls() {
+  tp::hooks::cuda_adapter* a = installed_cuda();
+  return a != nullptr ? a->platform().driver_calls() : 0;
+}
+
+std::string cuda_device_name(int ordinal) {
+  tp::hooks::cuda_adapter* a = installed_cuda();
+  if (a == nullptr) throw tp::error("tensorpager is not installed on CUDA (device:cuda)");
+  return a->platform().open_device(ordinal)->name();
+}
+#else
+std::uint64_t cuda_driver_calls() { return 0; }
+
+std::string cuda_device_name(int /*ordinal*/) {
+  throw tp::error("tensorpager is not installed on CUDA: this build has no CUDA support (TP_WITH_CUDA=OFF)");
+}
+#endif
 
 }  // namespace tensorpager
 

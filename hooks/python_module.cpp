@@ -8,6 +8,7 @@
 //   set_budget(bytes: int | None) -> None budget() -> int | None
 //   empty_cache() -> None                 reset_peak_stats() -> None
 //   snapshot() -> list[dict]              device_kind() -> str
+//   cuda_driver_calls() -> int            cuda_device_name(ordinal: int) -> str
 //   config_keys() -> list[dict]  (name, kind, accepted, default, description)
 //
 // Exceptions: tp::config_error and tp::invalid_argument -> ValueError;
@@ -148,6 +149,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("snapshot", &snapshot_list,
         "Segments as dicts: address, total_size, allocated_size, active_size, requested_size, stream, "
         "segment_type ('small'/'large'), blocks [{address, size, requested_size, state}].");
+  m.def("cuda_driver_calls", &tensorpager::cuda_driver_calls,
+        "CUDA driver calls the installed CUDA adapter has made (0 before its first allocation).");
+  m.def("cuda_device_name", &tensorpager::cuda_device_name, py::arg("ordinal"),
+        py::call_guard<py::gil_scoped_release>(),
+        "Opens CUDA device `ordinal` through the installed CUDA adapter's driver and returns its name.");
   m.def("device_kind", &tensorpager::device_kind, "'cpu' or 'cuda': the installed adapter's device.");
   m.def("config_keys", &config_key_list,
         "Every configuration key, in documentation order: dicts of name, kind, accepted, default, description.");

@@ -4,6 +4,9 @@
 // current device, a clock, the stream tensors are used on now, and whether
 // that "stream" is the host itself. Includes no torch.
 
+#include <cstddef>
+#include <functional>
+
 #include "allocator/caching_allocator.hpp"
 #include "allocator/pinned_host_pool.hpp"
 #include "core/clock.hpp"
@@ -28,7 +31,24 @@ struct runtime_resources {
   bool host_synchronous;
   /// The device's index (the timeline's device of the runtime's events).
   int device_index = 0;
+  /// Allocates bytes for a restore on this device and for `compute`, with
+  /// the device current, whatever device and stream are current when the
+  /// restore runs; the memory is freed by the adapter's raw_deleter(). Empty
+  /// where torch's current device and stream are always these (the CPU
+  /// adapter): restores then allocate through the adapter's allocate().
+  /// See Note [Restores allocate for the tensor's device and stream].
+  std::function<void*(std::size_t bytes)> allocate_on_compute{};
 };
+
+// Note [Restores allocate for the tensor's device and stream]
+// The runtime orders a restore's copy after the work of the tensor's stream
+// (the one it was tracked with, `compute`), and the caching allocator reuses a
+// block freed on a stream at once on that stream (Note [Stream-ordered reuse]
+// in caching_allocator.hpp). So the memory a restore copies into must be
+// allocated for `compute`, on the tensor's device: allocated for whatever
+// stream is current at unpack (a torch.cuda.stream block, backward on a side
+// stream) it could be a block that queued kernels on `compute` still read, and
+// with another device current it would land on the wrong GPU.
 
 /// Implemented by cpu_adapter and cuda_adapter. Thread-safety: any thread.
 class runtime_host {

@@ -46,8 +46,11 @@ namespace tensorpager {
 ///
 /// CUDA: must run before PyTorch's own CUDA allocator holds memory (throws
 /// tp::config_error otherwise); a build without TP_WITH_CUDA throws
-/// tp::config_error for device:cuda. CPU: tensors allocated before install
-/// keep being freed by the allocator that made them.
+/// tp::config_error for device:cuda. Installing makes no CUDA call: the
+/// driver is loaded, and a missing GPU reported, at the first CUDA
+/// allocation (Note [No CUDA call before the first allocation] in
+/// hooks/cuda_adapter.cpp). CPU: tensors allocated before install keep being
+/// freed by the allocator that made them.
 void install(const std::string& conf = "");
 
 /// Gives PyTorch back the CPU allocator install() replaced (device:cpu only);
@@ -99,6 +102,20 @@ void reset_peak_stats();
 /// The current device's segments and blocks, by address. Throws tp::error
 /// when nothing is installed.
 std::vector<tp::segment_snapshot> snapshot();
+
+// --- CUDA bring-up (scripts/gpu_check.sh and the tests of import and fork) ---
+
+/// CUDA driver calls the installed CUDA adapter has made in this process: 0
+/// until its first allocation, and 0 when tensorpager is not installed on
+/// CUDA. Thread-safe.
+std::uint64_t cuda_driver_calls();
+
+/// Opens CUDA device `ordinal` through the installed CUDA adapter's driver
+/// (loading it, as the first allocation would) and returns its name, without
+/// keeping it open. Throws tp::cuda_error "no CUDA device: ..." when there is
+/// no driver or no such device, tp::error when tensorpager is not installed
+/// on CUDA.
+std::string cuda_device_name(int ordinal);
 
 // --- memory timelines (hooks/profiler_glue.cpp; docs/timelines.md) ----------
 

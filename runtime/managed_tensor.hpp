@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <thread>
 
 #include "allocator/pinned_host_pool.hpp"
 #include "device/device.hpp"
@@ -41,9 +42,10 @@ const char* to_string(eviction_action a);
 ///
 /// Thread-safety: called by the runtime with its lock held, from the thread
 /// that called into the runtime (the training thread, or the allocator's
-/// reclaim path on that thread). allocate_device() and recompute() may
-/// allocate through the caching allocator and so re-enter the runtime's
-/// reclaim() on the same thread; see Note [Runtime locking] in runtime.hpp.
+/// reclaim path on that thread); recompute() alone is called without it
+/// (Note [Recompute outside the lock] in runtime.hpp). allocate_device() and
+/// recompute() may allocate through the caching allocator and so re-enter
+/// the runtime's reclaim() on the same thread; see Note [Runtime locking].
 /// Lifetime: must outlive its registration (memory_runtime::untrack).
 class storage_binding {
  public:
@@ -68,6 +70,12 @@ class storage_binding {
   /// an eviction; a victim that says false stays resident for this reclaim.
   /// Cheap and noexcept.
   virtual bool can_release() const noexcept { return true; }
+  /// Whether recompute() would rebuild the bytes the storage holds now:
+  /// false once they were changed in place after the recompute was set up
+  /// (a replay rebuilds the values of one version only). Asked before a
+  /// drop; a tensor that says false is swapped, or stays, instead. Cheap and
+  /// noexcept.
+  virtual bool can_recompute() const noexcept { return true; }
 };
 
 /// The runtime's record of one tensor. Guarded by the runtime's lock.
@@ -102,6 +110,9 @@ struct managed_tensor {
   bool in_candidates = false;
   bool pinned = false;  ///< being restored: never a victim
   std::uint32_t pins = 0;  ///< memory_runtime::pin() calls not yet unpinned: never a victim
+  /// The thread recomputing it, with the runtime's lock released (Note
+  /// [Recompute outside the lock] in runtime.hpp); default: none.
+  std::thread::id recomputing_on{};
   std::size_t candidate_index = 0;
   std::list<managed_tensor*>::iterator lru_pos{};
 

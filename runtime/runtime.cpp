@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/errors.hpp"
@@ -57,7 +58,7 @@ tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, str
   t->recompute_cost_ns = recompute_cost_ns > 0 ? recompute_cost_ns : 0;
   t->evictable = evictable;
   // Note [Replays are not recorded]
-  const bool recorded = replaying_ == 0;
+  const bool recorded = !replaying_locked();
   t->step = recorded ? recorder_.steps_completed() : managed_tensor::unrecorded;
   if (recorded) {
     std::vector<std::size_t> parent_ordinals;
@@ -105,14 +106,22 @@ void memory_runtime::remove_in_flight(managed_tensor& t) {
 
 void memory_runtime::access(tensor_id id) {
   lock_type lock(mu_);
-  managed_tensor& t = find(id);
+  access_locked(find(id), lock);
+}
+
+void memory_runtime::access_locked(managed_tensor& t, lock_type& lock) {
   poll_locked();
-  ensure_resident_locked(t, t.stream);
+  ensure_resident_locked(t, t.stream, lock);
   t.last_access_ns = clock_.now_ns();
   ++t.access_count;
   candidates_.touch(t);
-  if (replaying_ == 0 && t.step == recorder_.steps_completed()) recorder_.on_access(t.ordinal, t.last_access_ns);
-  if (replaying_ == 0) after_event_locked(true);
+  if (replaying_locked()) return;  // Note [Replays are not recorded]
+  if (t.step == recorder_.steps_completed()) recorder_.on_access(t.ordinal, t.last_access_ns);
+  after_event_locked(true);
+}
+
+bool memory_runtime::replaying_locked() const {
+  return std::find(replaying_.begin(), replaying_.end(), std::this_thread::get_id()) != replaying_.end();
 }
 
 void memory_runtime::after_event_locked(bool is_access) {
@@ -130,7 +139,7 @@ void memory_runtime::after_event_locked(bool is_access) {
 void memory_runtime::pin(tensor_id id) {
   lock_type lock(mu_);
   managed_tensor& t = find(id);
-  access(id);
+  access_locked(t, lock);  // held once: Note [Recompute outside the lock]
   ++t.pins;
   candidates_.remove(t);
 }
@@ -148,10 +157,19 @@ void memory_runtime::ensure_resident(tensor_id id, stream_id compute) {
   lock_type lock(mu_);
   managed_tensor& t = find(id);
   poll_locked();
-  ensure_resident_locked(t, compute);
+  ensure_resident_locked(t, compute, lock);
 }
 
-void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute) {
+void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute, lock_type& lock) {
+  // Note [Recompute outside the lock]: another thread may be recomputing it.
+  while (t.recomputing_on != std::thread::id{}) {
+    if (t.recomputing_on == std::this_thread::get_id()) {
+      throw error(fmt::format("tensorpager: recomputing tensor {} needs tensor {} itself (a replay that reads "
+                              "its own output)",
+                              to_underlying(t.id), to_underlying(t.id)));
+    }
+    recomputed_.wait(lock);
+  }
   const std::int64_t requested = clock_.now_ns();
   switch (t.state) {
     case tensor_state::resident:
@@ -196,31 +214,16 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
       break;
     }
     case tensor_state::dropped: {
-      t.pinned = true;
-      notify_locked(runtime_event_kind::recompute_begin, &t, 0);
-      ++replaying_;
-      try {
-        t.binding->recompute();  // may re-enter the runtime; Note [Runtime locking]
-        --replaying_;
-      } catch (...) {
-        --replaying_;
-        t.pinned = false;
-        notify_locked(runtime_event_kind::recompute_end, &t, 1);  // failed: every begin has its end
-        throw;
-      }
-      t.pinned = false;
-      notify_locked(runtime_event_kind::recompute_end, &t, 0);
-      if (t.binding->device_ptr() == nullptr) {
-        throw error(fmt::format("tensorpager: recompute() of tensor {} left it without storage",
-                                to_underlying(t.id)));
-      }
+      recompute_unlocked(t, lock);
+      // Note [Replays run beside other threads]: the lock was released and
+      // taken again; what follows reads the runtime as it is now.
       t.state = tensor_state::resident;
       lineage_.restored(t.id);
       ++stats_.recomputes;
       ++stats_.stalls;
       stats_.stall_ns += clock_.now_ns() - requested;
       // Note [Recompute limit]: the time spent, for the committed cost.
-      if (replaying_ == 0) step_recompute_ns_ += clock_.now_ns() - requested;
+      if (!replaying_locked()) step_recompute_ns_ += clock_.now_ns() - requested;
       if (t.dropped_this_step) {
         committed_recompute_ns_ -= std::min(committed_recompute_ns_, t.committed_ns);
         t.dropped_this_step = false;
@@ -231,6 +234,34 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
   }
   t.planned_away = false;
   make_candidate(t);
+}
+
+void memory_runtime::recompute_unlocked(managed_tensor& t, lock_type& lock) {
+  t.pinned = true;
+  t.recomputing_on = std::this_thread::get_id();
+  replaying_.push_back(t.recomputing_on);  // Note [Replays run beside other threads]
+  notify_locked(runtime_event_kind::recompute_begin, &t, 0);
+  const auto finish = [&](bool failed) {
+    t.pinned = false;
+    replaying_.erase(std::find(replaying_.begin(), replaying_.end(), t.recomputing_on));
+    t.recomputing_on = {};
+    notify_locked(runtime_event_kind::recompute_end, &t, failed ? 1 : 0);  // every begin has its end
+    recomputed_.notify_all();
+  };
+  lock.unlock();  // Note [Recompute outside the lock]
+  try {
+    t.binding->recompute();
+  } catch (...) {
+    lock.lock();
+    finish(true);
+    throw;
+  }
+  lock.lock();
+  if (t.binding->device_ptr() == nullptr) {
+    finish(true);
+    throw error(fmt::format("tensorpager: recompute() of tensor {} left it without storage", to_underlying(t.id)));
+  }
+  finish(false);
 }
 
 bool memory_runtime::offload(tensor_id id) {
@@ -371,6 +402,11 @@ void memory_runtime::set_policy(policy_kind kind) {
   reset_plan_locked();
 }
 
+std::size_t memory_runtime::recorded_events() const {
+  lock_type lock(mu_);
+  return recorder_.position();
+}
+
 std::size_t memory_runtime::prefetch_distance() const {
   lock_type lock(mu_);
   return recorder_.prefetch_distance();
@@ -401,7 +437,7 @@ runtime_stats memory_runtime::stats_locked() const {
       case tensor_state::on_host: s.on_host_bytes += t->bytes; break;
       case tensor_state::dropped: s.dropped_bytes += t->bytes; break;
     }
-    if (t->in_candidates) s.evictable_bytes += t->bytes;
+    if (t->in_candidates) (t->binding->can_release() ? s.evictable_bytes : s.held_bytes) += t->bytes;
   }
   s.prefetch_distance = recorder_.prefetch_distance();
   return s;
@@ -413,15 +449,42 @@ void memory_runtime::publish_summary_locked() {
   summary_evictable_.store(s.evictable_bytes, std::memory_order_relaxed);
   summary_on_host_.store(s.on_host_bytes, std::memory_order_relaxed);
   summary_dropped_.store(s.dropped_bytes, std::memory_order_relaxed);
+  summary_held_.store(s.held_bytes, std::memory_order_relaxed);
 }
 
+// Note [Why a reclaim fell short]
+// An out-of-memory message that says "evictable 3.5 MiB" beside "reclaim
+// freed 0 B" leaves the reader guessing. So evictable counts only what
+// nothing else holds, what the program still holds is reported apart, and
+// the last reclaim keeps its account: what it was asked for, what it freed,
+// and the bytes of the victims it had to leave (held elsewhere, or neither
+// swappable, the pinned host pool being full, nor recomputable). What the
+// allocator could not use of the freed bytes (fragmentation) it says itself
+// (allocator/oom_report.cpp).
 std::string memory_runtime::describe() const {
-  const std::size_t tracked = summary_tracked_.load(std::memory_order_relaxed);
+  const auto load = [](const std::atomic<std::size_t>& a) { return a.load(std::memory_order_relaxed); };
+  const std::size_t tracked = load(summary_tracked_);
   if (tracked == 0) return {};
-  return fmt::format("runtime: {} tensors tracked, evictable {}, offloaded {}, dropped {}", tracked,
-                     format_bytes(summary_evictable_.load(std::memory_order_relaxed)),
-                     format_bytes(summary_on_host_.load(std::memory_order_relaxed)),
-                     format_bytes(summary_dropped_.load(std::memory_order_relaxed)));
+  std::string s = fmt::format("runtime: {} tensors tracked, evictable {}", tracked, format_bytes(load(summary_evictable_)));
+  if (const std::size_t held = load(summary_held_); held > 0) {
+    s += fmt::format(" (and {} the program still holds elsewhere)", format_bytes(held));
+  }
+  s += fmt::format(", offloaded {}, dropped {}", format_bytes(load(summary_on_host_)), format_bytes(load(summary_dropped_)));
+  const std::size_t asked = load(last_reclaim_asked_);
+  const std::size_t freed = load(last_reclaim_freed_);
+  if (asked > 0 && freed < asked) {
+    s += fmt::format("; its last reclaim was asked for {} and freed {}", format_bytes(asked), format_bytes(freed));
+    const std::size_t held = load(last_reclaim_held_);
+    const std::size_t kept = load(last_reclaim_kept_);
+    if (held > 0) s += fmt::format(", leaving {} held elsewhere", format_bytes(held));
+    if (kept > 0) {
+      s += fmt::format(", keeping {} that could neither be swapped (the pinned host pool is full, key "
+                       "'host_budget') nor recomputed",
+                       format_bytes(kept));
+    }
+    if (held == 0 && kept == 0) s += ": nothing else was evictable";
+  }
+  return s;
 }
 
 void memory_runtime::set_observer(runtime_observer* o) {

@@ -5,15 +5,14 @@
 // Note [Runtime locking]
 // One std::recursive_mutex guards all runtime state. It is recursive because
 // of one legitimate re-entry: restoring a tensor calls storage_binding::
-// allocate_device() or recompute(), which allocate through the caching
-// allocator, which may call reclaim() on the same thread (with the
-// allocator's lock released, as the reclaimer contract guarantees). A replay
-// may also access() other tracked tensors. Before any binding call the
-// runtime leaves its state consistent and marks the tensor being restored
-// `pinned` (not a candidate), so a nested reclaim never picks it and no
-// iterator is held across the call. reclaim() itself never calls
-// allocate_device() or recompute(): it only starts copies, waits for their
-// events and calls release_device(), so the nesting is at most one level.
+// allocate_device(), which allocates through the caching allocator, which
+// may call reclaim() on the same thread (with the allocator's lock released,
+// as the reclaimer contract guarantees). Before any binding call the runtime
+// leaves its state consistent and marks the tensor being restored `pinned`
+// (not a candidate), so a nested reclaim never picks it and no iterator is
+// held across the call. reclaim() itself never calls allocate_device() or
+// recompute(): it only starts copies, waits for their events and calls
+// release_device(), so the nesting is at most one level.
 // Rules for the glue: never untrack() a tensor from inside its own binding
 // callbacks; never call the runtime from an allocator observer.
 // Waits (for an offload's event) happen with the runtime's lock held: other
@@ -51,6 +50,40 @@
 // every step, whatever was evicted. A tensor tracked inside a replay has no
 // ordinal and is planned for by nobody; policies still evict it.
 //
+// Note [Replays run beside other threads]
+// Because a recompute runs without the runtime's lock (Note [Recompute
+// outside the lock]), "inside a replay" is a property of a thread, not of
+// the runtime: while one thread replays, another may track, access, untrack
+// or end the step, and its events are the program's own and are recorded.
+// So replaying_ lists the threads with a recompute in progress (one entry
+// per nested recompute) and replaying_locked() asks about the calling
+// thread only; a runtime-wide counter would have dropped the other threads'
+// events from the recorded step and made the plans of the next step name
+// the wrong tensors. The interplay with the rest of issue 16's machinery:
+//  - the tensor being recomputed is pinned (not a candidate): a plan carried
+//    out by another thread's event finds it not resident and passes over it;
+//    no reclaim, proactive offload or plan touches it until it is back;
+//  - Note [Recompute limit] counts the host time of a thread's outermost
+//    recompute only (nested ones are inside it); time another thread spends
+//    meanwhile is not counted as recompute;
+//  - lineage (lineage::restored) and the committed cost are updated after
+//    the lock is taken again, so they see the tensor's state as it is then.
+//
+// Note [Recompute outside the lock]
+// recompute() is the one binding call made without the runtime's lock: it
+// runs the glue's replay, which in torch is Python, and so takes Python's
+// lock. Holding the runtime's lock there deadlocked two threads: one in a
+// replay waiting for Python's lock, the other holding Python's lock (freeing
+// a graph, which untracks) waiting for the runtime's. So the tensor is
+// pinned and marked recomputing_on this thread, the lock is released for
+// the call, and taken again after it; a replay that accesses other tensors
+// takes it afresh. Another thread that needs the same tensor meanwhile
+// waits (recomputed_) until the recompute has finished or failed. The lock
+// is held once when a recompute starts (access(), pin() and
+// ensure_resident() are its only callers, each through ensure_resident_locked
+// with its own lock; reclaim() never recomputes), so releasing it once
+// releases it.
+//
 // Note [Prefetch never evicts]
 // Prefetching ahead is speculative: its allocation must not evict anything
 // (it could evict the tensor needed next). While it allocates, reclaim()
@@ -58,6 +91,7 @@
 // access itself.
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -68,6 +102,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -187,6 +222,11 @@ class memory_runtime final : public reclaimer {
   void set_policy(policy_kind kind);
   const eviction_policy& policy_object() const { return *policy_; }
   std::size_t prefetch_distance() const;
+  /// Events recorded so far in the step in progress: the program's tracks,
+  /// accesses and untracks, from every thread, none made inside a replay
+  /// (Note [Replays run beside other threads]). For tests and tools.
+  /// Thread-safe.
+  std::size_t recorded_events() const;
   /// Throws tp::error describing the first broken invariant. O(tracked).
   void check_invariants() const;
 
@@ -202,7 +242,14 @@ class memory_runtime final : public reclaimer {
   managed_tensor& find(tensor_id id) const;
   // All *_locked members require mu_ held.
   std::size_t poll_locked();
-  void ensure_resident_locked(managed_tensor& t, stream_id compute);
+  // Requires: `lock` holds mu_ exactly once (Note [Recompute outside the lock]).
+  void ensure_resident_locked(managed_tensor& t, stream_id compute, lock_type& lock);
+  void recompute_unlocked(managed_tensor& t, lock_type& lock);
+  // access() with mu_ held once by `lock` (pin() uses it too).
+  void access_locked(managed_tensor& t, lock_type& lock);
+  // Whether the calling thread is inside a recompute() (Note [Replays run
+  // beside other threads]).
+  bool replaying_locked() const;
   void make_candidate(managed_tensor& t);
   void remove_in_flight(managed_tensor& t);
   void remove_settling(managed_tensor& t);
@@ -240,6 +287,7 @@ class memory_runtime final : public reclaimer {
   clock& clock_;
   options opts_;
   mutable std::recursive_mutex mu_;
+  std::condition_variable_any recomputed_;  // Note [Recompute outside the lock]
   transfer_engine engine_;
   access_recorder recorder_;
   std::unique_ptr<eviction_policy> policy_;
@@ -252,7 +300,9 @@ class memory_runtime final : public reclaimer {
   std::mt19937_64 rng_;
   std::uint64_t next_id_ = 1;
   bool speculative_ = false;  // Note [Prefetch never evicts]
-  int replaying_ = 0;         // Note [Replays are not recorded]: recompute() calls in progress
+  // Note [Replays run beside other threads]: one entry per recompute() in
+  // progress, naming its thread.
+  std::vector<std::thread::id> replaying_;
   // Note [Proactive offload under pressure]
   bool proactive_armed_ = false;
   std::uint64_t pressure_mark_ = 0;  // reclaims + proactive offloads when this step began
@@ -271,6 +321,8 @@ class memory_runtime final : public reclaimer {
   // Note [Reclaim rounds]
   std::int64_t reclaim_retries_ = -1;
   std::uint64_t reclaim_round_ = 0;
+  std::size_t reclaim_held_ = 0;  // this reclaim's victims held elsewhere
+  std::size_t reclaim_kept_ = 0;  // this reclaim's victims neither swappable nor droppable
   runtime_observer* observer_ = nullptr;
   runtime_stats stats_;
   // describe()'s lock-free summary.
@@ -278,6 +330,12 @@ class memory_runtime final : public reclaimer {
   std::atomic<std::size_t> summary_evictable_{0};
   std::atomic<std::size_t> summary_on_host_{0};
   std::atomic<std::size_t> summary_dropped_{0};
+  std::atomic<std::size_t> summary_held_{0};
+  // Note [Why a reclaim fell short]: the last reclaim's account.
+  std::atomic<std::size_t> last_reclaim_asked_{0};
+  std::atomic<std::size_t> last_reclaim_freed_{0};
+  std::atomic<std::size_t> last_reclaim_held_{0};  // victims held elsewhere
+  std::atomic<std::size_t> last_reclaim_kept_{0};  // neither swappable (host full) nor droppable
 };
 
 }  // namespace tp

@@ -17,7 +17,9 @@
 // (Note [Step matching]). A swapped tensor's device block goes back when its
 // copy completes (poll), or stream-ordered if a reclaim needs it first
 // (Note [Offload ordering]), so carrying out a plan never blocks the host.
-// What the plan did not foresee is left to reclaim() and the policy's
+// A planned drop whose storage was changed in place since its replay was
+// set up (storage_binding::can_recompute) is swapped instead, as reclaim()
+// does. What the plan did not foresee is left to reclaim() and the policy's
 // choose(). The work per event is the due entries only: O(1) amortised.
 
 #include "runtime/runtime.hpp"
@@ -66,7 +68,10 @@ void memory_runtime::carry_out_plan_locked(const step_plan& plan) {
       continue;
     }
     if (!t->binding->can_release()) continue;
-    if (pe.action == eviction_action::drop && t->recomputable()) {
+    // A planned drop only of what a replay rebuilds as it is now (Note
+    // [Recompute reproduces one version] in hooks/runtime/saved_storage.hpp);
+    // else a swap.
+    if (pe.action == eviction_action::drop && t->recomputable() && t->binding->can_recompute()) {
       ++stats_.evictions;
       ++stats_.planned_evictions;
       drop_locked(*t);

@@ -65,10 +65,12 @@ bool memory_runtime::evict_locked(const eviction_choice& c, std::size_t& freed,
   if (!t.binding->can_release()) {
     candidates_.remove(t);
     ++stats_.shared_skips;
+    reclaim_held_ += t.bytes;
     return false;  // held elsewhere: evicting frees nothing; the caller re-adds it
   }
   ++stats_.evictions;
-  if (c.action == eviction_action::drop && t.recomputable()) {
+  const bool droppable = t.recomputable() && t.binding->can_recompute();
+  if (c.action == eviction_action::drop && droppable) {
     drop_locked(t);
     freed += t.bytes;
     return true;
@@ -81,7 +83,7 @@ bool memory_runtime::evict_locked(const eviction_choice& c, std::size_t& freed,
     return true;
   }
   ++stats_.host_fallbacks;
-  if (t.recomputable()) {
+  if (droppable) {
     notice_once(said_host_full_,
                 "tensorpager: the pinned host pool is full; evicting by recompute instead of "
                 "swap, and keeping tensors that cannot be recomputed on the device");
@@ -92,6 +94,7 @@ bool memory_runtime::evict_locked(const eviction_choice& c, std::size_t& freed,
   notice_once(said_host_full_,
               "tensorpager: the pinned host pool is full; evicting by recompute instead of swap, "
               "and keeping tensors that cannot be recomputed on the device");
+  reclaim_kept_ += t.bytes;
   return false;  // stays resident; the caller re-adds it after this reclaim
 }
 
@@ -122,12 +125,17 @@ std::size_t memory_runtime::reclaim(std::size_t bytes, stream_id /*stream*/) {
     const auto held = static_cast<std::size_t>(astats.reserved_bytes.all().current);
     recorder_.on_pressure(held > resident ? held - resident : 0);
   }
+  // Note [Why a reclaim fell short] reports against the allocator's request,
+  // not the doubled target of a later round.
+  const std::size_t asked = bytes;
   reclaim_round_ = retries == reclaim_retries_ ? reclaim_round_ + 1 : 0;
   reclaim_retries_ = retries;
   if (reclaim_round_ > 0) {
     const int shift = static_cast<int>(std::min<std::uint64_t>(reclaim_round_, 40));
     bytes = bytes > (SIZE_MAX >> shift) ? SIZE_MAX : bytes << shift;
   }
+  reclaim_held_ = 0;
+  reclaim_kept_ = 0;
   std::size_t freed = poll_locked();
   // Offloads already in flight free their storage soonest: released now,
   // stream-ordered behind their copies (Note [Offload ordering]).
@@ -183,6 +191,11 @@ std::size_t memory_runtime::reclaim(std::size_t bytes, stream_id /*stream*/) {
   }
   for (managed_tensor* t : kept) make_candidate(*t);
   stats_.reclaimed_bytes += freed;
+  // Note [Why a reclaim fell short]
+  last_reclaim_asked_.store(asked, std::memory_order_relaxed);
+  last_reclaim_freed_.store(freed, std::memory_order_relaxed);
+  last_reclaim_held_.store(reclaim_held_, std::memory_order_relaxed);
+  last_reclaim_kept_.store(reclaim_kept_, std::memory_order_relaxed);
   publish_summary_locked();
   return freed;
 }

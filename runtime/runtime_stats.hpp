@@ -40,7 +40,8 @@ struct runtime_stats {
   std::size_t resident_bytes = 0;  ///< resident, offloading or prefetching
   std::size_t on_host_bytes = 0;   ///< offloading, on_host or prefetching
   std::size_t dropped_bytes = 0;
-  std::size_t evictable_bytes = 0;  ///< resident candidates
+  std::size_t evictable_bytes = 0;  ///< resident candidates nothing else holds (can_release)
+  std::size_t held_bytes = 0;       ///< resident candidates the program still holds elsewhere
   std::size_t prefetch_distance = 0;
   std::uint64_t steps = 0;
 };

@@ -6,6 +6,9 @@
 #      UndefinedBehaviorSanitizer, and the threaded ones under ThreadSanitizer;
 #   3. the package pip-installed into build/venv (which sees the system's
 #      torch), then the Python tests (pytest; `gpu`-marked ones skip without a GPU).
+# With torch, the build of step 1 uses torch's fmt headers instead of the
+# system's (the GPU machine may have no libfmt-dev), and scripts/gpu_check.sh
+# runs on it without a GPU (its CPU stages: symbols, the import check).
 # Environment: JOBS (parallel jobs), TP_SKIP_SANITIZERS=1 (skip step 2),
 # TP_FUZZ_OPS / TP_FUZZ_SEED (the randomised allocator test).
 set -euo pipefail
@@ -15,14 +18,33 @@ bash scripts/install_deps.sh
 # from install_deps.sh (sourced before it, the build would leave torch out).
 source scripts/build_env.sh
 
-step() { echo; echo "=== $* ==="; }
+step_start=$SECONDS
+step_name=""
+step_time() { if [[ -n "$step_name" ]]; then echo "=== $step_name: $((SECONDS - step_start)) s"; fi; }
+step() {
+  step_time
+  step_name="$*"; step_start=$SECONDS
+  echo; echo "=== $* ==="
+}
+trap step_time EXIT
 
-step "build ($TP_CMAKE_SUMMARY)"
-tp_configure build "${TP_CMAKE_ARGS[@]}" -DTP_BUILD_BENCH=ON
+# With torch, the main build pretends there is no system fmt, so it uses the
+# fmt headers torch ships, header-only, as the GPU machine (which may lack
+# libfmt-dev) must (Note [fmt without a system package] in cmake/fmt.cmake);
+# the sanitizer builds below, without torch, use the system's fmt.
+fmt_args=()
+[[ "$TP_CMAKE_SUMMARY" == torch:\ yes* ]] && fmt_args=(-DCMAKE_DISABLE_FIND_PACKAGE_fmt=TRUE)
+fmt_note=""; ((${#fmt_args[@]})) && fmt_note=", fmt from torch's headers (system fmt hidden)"
+step "build ($TP_CMAKE_SUMMARY$fmt_note)"
+tp_configure build "${TP_CMAKE_ARGS[@]}" "${fmt_args[@]}" -DTP_BUILD_BENCH=ON
+grep -E "^-- fmt: " "/tmp/tp-configure-build.log" || true
 cmake --build build -j "$JOBS"
 
 step "C++ tests"
 ctest --test-dir build --output-on-failure -j "$JOBS"
+
+step "GPU check without a GPU (scripts/gpu_check.sh on this build: its CPU stages, the GPU ones listed as skipped)"
+bash scripts/gpu_check.sh --run --build-dir build build/gpu-check
 
 step "timeline recording overhead (informational: build/bench/tp_profiler_bench)"
 build/bench/tp_profiler_bench --summary_only
@@ -35,7 +57,7 @@ fi
 if [[ "${TP_SKIP_SANITIZERS:-0}" != 1 ]]; then
   sanitized_targets=(simulated_device_test caching_allocator_test budget_and_reclaim_test
                      allocator_conformance_simulated_test caching_allocator_fuzz_test
-                     pinned_host_pool_test allocator_trace_test config_test
+                     pinned_host_pool_test allocator_trace_test segment_listener_test config_test
                      runtime_test eviction_policy_test runtime_budget_test runtime_fuzz_test
                      runtime_observer_test runtime_recorder_test
                      event_log_test timeline_analysis_test)

@@ -1,124 +1,131 @@
-// tp::cuda_device over the CUDA runtime (cudart_static) and the run-time
-// resolved driver API. The error checks and the device guard live in
+// tp::cuda_device over the driver API: opening, plain and page-locked memory,
+// streams, events, copies. Virtual memory (reserve, map, unmap) is in
+// cuda_device_vmm.cpp; the driver's table and the context guard in
 // driver_api.hpp.
+//
+// Note [Free waits for the device]
+// cudaFree waits for the device before it frees, and callers of deallocate
+// (the caching allocator's empty_cache) rely on that: a segment whose blocks
+// were freed on a stream may still be read by kernels queued there. The
+// driver API promises no such wait for cuMemFree, cuMemUnmap or cuMemRelease,
+// and freeing memory a queued kernel is about to touch is a fault, not a late
+// free. So deallocate and unmap synchronize the device's context first,
+// giving both the contract of cudaFree. Both are slow paths (trimming,
+// empty_cache, budget changes).
 
 #include "device/cuda/cuda_device.hpp"
-
-#include <cuda.h>
-#include <cuda_runtime_api.h>
 
 #include <cstdio>
 #include <new>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include <fmt/format.h>
 
 #include "core/errors.hpp"
-#include "core/format_bytes.hpp"
+#include "device/cuda/cuda_device_handles.hpp"
 #include "device/cuda/driver_api.hpp"
 
 namespace tp {
-namespace detail {
-namespace {
 
-static_assert(std::is_same_v<CUmemGenericAllocationHandle, unsigned long long> &&
-                  sizeof(CUmemGenericAllocationHandle) == sizeof(std::uint64_t),
-              "granules_ stores CUmemGenericAllocationHandle as std::uint64_t");
-static_assert(sizeof(CUdeviceptr) == sizeof(std::uintptr_t), "CUdeviceptr must hold a pointer");
-static_assert(sizeof(cudaStream_t) == sizeof(std::uintptr_t) &&
-                  sizeof(cudaEvent_t) == sizeof(std::uintptr_t),
-              "stream_id and event_id hold cudaStream_t and cudaEvent_t values");
-
-cudaStream_t to_cuda(stream_id s) { return reinterpret_cast<cudaStream_t>(to_underlying(s)); }
-cudaEvent_t to_cuda(event_id e) { return reinterpret_cast<cudaEvent_t>(to_underlying(e)); }
-CUdeviceptr to_cu(std::uintptr_t address) { return static_cast<CUdeviceptr>(address); }
-
-}  // namespace
-}  // namespace detail
-
-using detail::cuda_check;
-using detail::device_guard;
+using detail::context_guard;
+using detail::driver_api;
 using detail::to_cu;
-using detail::to_cuda;
+using detail::to_cu_event;
+using detail::to_cu_stream;
 
 // --- opening -----------------------------------------------------------------
 
 int cuda_device::device_count() noexcept {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();
+  try {
+    return cuda_driver::load()->device_count();
+  } catch (const std::exception&) {
     return 0;
   }
-  return count;
 }
 
-std::unique_ptr<cuda_device> cuda_device::open(int ordinal) {
-  int count = 0;
-  if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
-    (void)cudaGetLastError();
-    throw cuda_error(fmt::format("no CUDA device: cudaGetDeviceCount failed: {} ({})",
-                                 cudaGetErrorString(err), cudaGetErrorName(err)));
-  }
-  if (count == 0) throw cuda_error("no CUDA device: cudaGetDeviceCount found 0 devices");
+std::unique_ptr<cuda_device> cuda_device::open(int ordinal) { return open(cuda_driver::load(), ordinal); }
+
+std::unique_ptr<cuda_device> cuda_device::open(std::shared_ptr<const cuda_driver> driver, int ordinal) {
+  if (driver == nullptr) throw invalid_argument("cuda_device::open: no driver");
+  const driver_api& api = driver->api();
+  const int count = driver->device_count();
+  if (count == 0) throw cuda_error("no CUDA device: cuDeviceGetCount found 0 devices");
   if (ordinal < 0 || ordinal >= count) {
     throw invalid_argument(fmt::format(
-        "cuda_device::open: ordinal {} is out of range; this process sees {} CUDA device(s), "
-        "ordinals 0 to {}",
+        "cuda_device::open: ordinal {} is out of range; this process sees {} CUDA device(s), ordinals 0 to {}",
         ordinal, count, count - 1));
   }
-
-  const device_guard guard(ordinal);
-  cudaDeviceProp props{};
-  TP_CUDA_CHECK(cudaGetDeviceProperties(&props, ordinal));
-  std::string name(props.name);
-
-  // Virtual memory management is optional: without it the device still serves
-  // cudaMalloc, and the VMM members explain why they are unavailable.
-  std::unique_ptr<const detail::driver_api> driver;
-  std::size_t granularity = 0;
-  std::string vmm_unavailable;
+  auto h = std::make_unique<handles>();
+  api.check(api.call<&driver_api::device_get>(&h->device, ordinal), "cuDeviceGet");
+  char name[256] = {};
+  api.check(api.call<&driver_api::device_get_name>(name, static_cast<int>(sizeof(name) - 1), h->device),
+            "cuDeviceGetName");
+  // The context PyTorch's runtime uses on this device (created here if it is
+  // not yet, as the runtime would on its first call).
+  api.check(api.call<&driver_api::primary_ctx_retain>(&h->context, h->device), "cuDevicePrimaryCtxRetain");
   try {
-    driver = std::make_unique<const detail::driver_api>(detail::driver_api::load());
-  } catch (const cuda_error& e) {
-    vmm_unavailable = e.what();
-  }
-  if (driver) {
-    granularity = driver->vmm_granularity(ordinal);
-    if (granularity == 0) {
-      vmm_unavailable = fmt::format(
-          "CUDA device {} ({}) does not support virtual memory management "
-          "(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0)",
-          ordinal, name);
+    std::size_t granularity = 0;
+    std::string vmm_unavailable;
+    if (!api.has_vmm()) {
+      vmm_unavailable = fmt::format("the CUDA driver ({}, version {}) lacks the virtual memory management API",
+                                    driver->library(), driver->version());
+    } else {
+      int supported = 0;
+      api.check(api.call<&driver_api::device_get_attribute>(
+                    &supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, h->device),
+                "cuDeviceGetAttribute(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)");
+      if (supported == 0) {
+        vmm_unavailable = fmt::format(
+            "CUDA device {} ({}) does not support virtual memory management "
+            "(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0)",
+            ordinal, name);
+      } else {
+        const CUmemAllocationProp prop = detail::pinned_device_memory(h->device);
+        api.check(api.call<&driver_api::mem_get_allocation_granularity>(&granularity, &prop,
+                                                                        CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+                  "cuMemGetAllocationGranularity(RECOMMENDED)");
+        if (granularity == 0) throw cuda_error("cuMemGetAllocationGranularity(RECOMMENDED) returned 0");
+      }
     }
+    return std::unique_ptr<cuda_device>(new cuda_device(std::move(driver), ordinal, std::move(h), name,
+                                                        granularity, std::move(vmm_unavailable)));
+  } catch (...) {
+    (void)api.call<&driver_api::primary_ctx_release>(h->device);
+    throw;
   }
-  return std::unique_ptr<cuda_device>(new cuda_device(
-      ordinal, std::move(name), std::move(driver), granularity, std::move(vmm_unavailable)));
 }
 
-cuda_device::cuda_device(int ordinal, std::string name,
-                         std::unique_ptr<const detail::driver_api> driver, std::size_t granularity,
-                         std::string vmm_unavailable)
-    : ordinal_(ordinal),
+cuda_device::cuda_device(std::shared_ptr<const cuda_driver> driver, int ordinal, std::unique_ptr<handles> h,
+                         std::string name, std::size_t granularity, std::string vmm_unavailable)
+    : driver_(std::move(driver)),
+      ordinal_(ordinal),
+      handles_(std::move(h)),
       name_(std::move(name)),
-      driver_(std::move(driver)),
       granularity_(granularity),
       vmm_unavailable_(std::move(vmm_unavailable)) {}
 
 cuda_device::~cuda_device() {
-  const std::lock_guard lock(map_mutex_);
-  if (granules_.empty()) return;
-  std::fprintf(stderr,
-               "tensorpager: cuda_device %d destroyed with %zu granule(s) still mapped; "
-               "releasing them\n",
-               ordinal_, granules_.size());
-  const device_guard guard(ordinal_, std::nothrow);
-  (void)TP_CUDA_WARN(cudaDeviceSynchronize());
-  for (const auto& [address, handle] : granules_) {
-    driver_->unmap_and_release(to_cu(address), granularity_, handle, "destroying cuda_device");
+  const driver_api& api = driver_->api();
+  {
+    const std::lock_guard lock(map_mutex_);
+    if (!granules_.empty()) {
+      std::fprintf(stderr,
+                   "tensorpager: cuda_device %d destroyed with %zu granule(s) still mapped; releasing them\n",
+                   ordinal_, granules_.size());
+      const context_guard guard(api, handles_->context, std::nothrow);
+      if (const CUresult r = api.call<&driver_api::ctx_synchronize>(); r != CUDA_SUCCESS) {
+        api.log(r, "cuCtxSynchronize");
+      }
+      for (const auto& [address, handle] : granules_) {
+        detail::unmap_and_release(api, to_cu(address), granularity_, handle, "destroying cuda_device");
+      }
+      granules_.clear();
+    }
   }
-  granules_.clear();
+  if (const CUresult r = api.call<&driver_api::primary_ctx_release>(handles_->device); r != CUDA_SUCCESS) {
+    api.log(r, "cuDevicePrimaryCtxRelease");
+  }
 }
 
 std::string cuda_device::name() const { return name_; }
@@ -126,289 +133,141 @@ std::string cuda_device::name() const { return name_; }
 // --- plain device memory -----------------------------------------------------
 
 void* cuda_device::try_allocate(std::size_t bytes) {
-  const device_guard guard(ordinal_);
-  void* ptr = nullptr;
-  const cudaError_t err = cudaMalloc(&ptr, bytes);
-  if (err == cudaErrorMemoryAllocation) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  cuda_check(err, "cudaMalloc");
-  return ptr;
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context);
+  CUdeviceptr ptr = 0;
+  const CUresult r = api.call<&driver_api::mem_alloc>(&ptr, bytes);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) return nullptr;
+  api.check(r, "cuMemAlloc");
+  return reinterpret_cast<void*>(ptr);
 }
 
 void cuda_device::deallocate(void* ptr, std::size_t /*bytes*/) noexcept {
   if (ptr == nullptr) return;
-  const device_guard guard(ordinal_, std::nothrow);
-  (void)TP_CUDA_WARN(cudaFree(ptr));
-}
-
-// --- virtual memory ------------------------------------------------------------
-//
-// Note [One handle per granule]
-// cuMemUnmap must be given exactly a range that one cuMemMap mapped; it cannot
-// unmap part of a mapping. The device interface lets unmap take any
-// granule-aligned sub-range of earlier maps (that is how a segment gives back
-// its free middle), so try_map creates and maps one physical allocation per
-// granule and granules_ remembers each handle by address. cuMemSetAccess, by
-// contrast, may span several mappings, so it is called once per try_map.
-// This is the layout PyTorch's expandable segments use.
-//
-// Note [Unmap waits for the device]
-// cudaFree waits for the device to be idle, so callers of deallocate may free
-// memory that queued kernels still use. cuMemUnmap/cuMemRelease promise no
-// such wait, and unmapping memory a kernel is about to touch is a fault, not a
-// late free. unmap therefore synchronizes the device first, giving it the
-// same contract as deallocate. It is a slow path (trimming, empty_cache).
-
-std::size_t cuda_device::granularity() const {
-  if (granularity_ == 0) throw cuda_error(vmm_unavailable_);
-  return granularity_;
-}
-
-void cuda_device::check_vmm_range(const void* ptr, std::size_t bytes, const char* caller) const {
-  const std::size_t g = granularity();
-  const auto address = reinterpret_cast<std::uintptr_t>(ptr);
-  if (bytes == 0 || bytes % g != 0 || address % g != 0) {
-    throw invalid_argument(fmt::format(
-        "cuda_device::{}: address {} and size {} bytes must be non-zero multiples of the "
-        "granularity, {} bytes ({})",
-        caller, ptr, bytes, g, format_bytes(g)));
-  }
-}
-
-void* cuda_device::reserve(std::size_t bytes) {
-  const std::size_t g = granularity();
-  if (bytes == 0 || bytes % g != 0) {
-    throw invalid_argument(fmt::format(
-        "cuda_device::reserve: {} bytes is not a positive multiple of the granularity, {} bytes",
-        bytes, g));
-  }
-  const device_guard guard(ordinal_);
-  CUdeviceptr base = 0;
-  const CUresult r = driver_->mem_address_reserve(&base, bytes, g, 0, 0);
-  if (r != CUDA_SUCCESS) {
-    throw cuda_error(driver_->describe(
-        r, fmt::format("cuMemAddressReserve({})", format_bytes(bytes)).c_str()));
-  }
-  return reinterpret_cast<void*>(base);
-}
-
-void cuda_device::release(void* base, std::size_t bytes) noexcept {
-  if (base == nullptr || driver_ == nullptr) return;
-  const auto begin = reinterpret_cast<std::uintptr_t>(base);
-  const device_guard guard(ordinal_, std::nothrow);
-  {
-    const std::lock_guard lock(map_mutex_);
-    const auto first = granules_.lower_bound(begin);
-    if (first != granules_.end() && first->first < begin + bytes) {
-      std::fprintf(stderr,
-                   "tensorpager: cuda_device::release(%p, %zu) with granules still mapped; "
-                   "unmapping them first\n",
-                   base, bytes);
-      (void)TP_CUDA_WARN(cudaDeviceSynchronize());
-      unmap_granules_locked(begin, begin + bytes);
-    }
-  }
-  const CUresult r = driver_->mem_address_free(to_cu(begin), bytes);
-  if (r != CUDA_SUCCESS) driver_->log(r, "cuMemAddressFree");
-}
-
-bool cuda_device::try_map(void* ptr, std::size_t bytes) {
-  check_vmm_range(ptr, bytes, "try_map");
-  const std::size_t g = granularity_;
-  const auto begin = reinterpret_cast<std::uintptr_t>(ptr);
-  const std::uintptr_t end = begin + bytes;
-  const device_guard guard(ordinal_);
-  const std::lock_guard lock(map_mutex_);
-
-  if (const auto it = granules_.lower_bound(begin); it != granules_.end() && it->first < end) {
-    throw invalid_argument(fmt::format(
-        "cuda_device::try_map({}, {} bytes): the granule at {:#x} is already mapped", ptr, bytes,
-        it->first));
-  }
-
-  // What this call has mapped so far, rolled back on any failure.
-  std::vector<std::pair<std::uintptr_t, CUmemGenericAllocationHandle>> mapped;
-  mapped.reserve(bytes / g);
-  const auto roll_back = [&]() noexcept {
-    for (const auto& [address, handle] : mapped) {
-      granules_.erase(address);
-      driver_->unmap_and_release(to_cu(address), g, handle, "rolling back try_map");
-    }
-  };
-
-  const CUmemAllocationProp prop = detail::pinned_device_memory(ordinal_);
-  CUresult failure = CUDA_SUCCESS;
-  const char* failed_call = nullptr;
-  try {
-    for (std::uintptr_t address = begin; address < end; address += g) {
-      CUmemGenericAllocationHandle handle{};
-      if (const CUresult r = driver_->mem_create(&handle, g, &prop, 0); r != CUDA_SUCCESS) {
-        failure = r;
-        failed_call = "cuMemCreate";
-        break;
-      }
-      if (const CUresult r = driver_->mem_map(to_cu(address), g, 0, handle, 0);
-          r != CUDA_SUCCESS) {
-        (void)driver_->mem_release(handle);
-        failure = r;
-        failed_call = "cuMemMap";
-        break;
-      }
-      mapped.emplace_back(address, handle);
-      granules_.emplace(address, handle);  // may throw: caught below
-    }
-    if (failure == CUDA_SUCCESS) {
-      CUmemAccessDesc access{};
-      access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-      access.location.id = ordinal_;
-      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-      if (const CUresult r = driver_->mem_set_access(to_cu(begin), bytes, &access, 1);
-          r != CUDA_SUCCESS) {
-        failure = r;
-        failed_call = "cuMemSetAccess";
-      }
-    }
-  } catch (...) {
-    roll_back();
-    throw;
-  }
-  if (failure == CUDA_SUCCESS) return true;
-
-  roll_back();
-  if (failure == CUDA_ERROR_OUT_OF_MEMORY) return false;
-  throw cuda_error(driver_->describe(
-      failure, fmt::format("{} (try_map of {} at {})", failed_call, format_bytes(bytes), ptr)
-                   .c_str()));
-}
-
-void cuda_device::unmap(void* ptr, std::size_t bytes) noexcept {
-  const auto begin = reinterpret_cast<std::uintptr_t>(ptr);
-  if (driver_ == nullptr || granularity_ == 0 || begin % granularity_ != 0 ||
-      bytes % granularity_ != 0) {
-    std::fprintf(stderr,
-                 "tensorpager: cuda_device::unmap(%p, %zu): not a granule-aligned range of a "
-                 "virtual-memory-capable device; nothing unmapped\n",
-                 ptr, bytes);
-    return;
-  }
-  const device_guard guard(ordinal_, std::nothrow);
-  (void)TP_CUDA_WARN(cudaDeviceSynchronize());  // Note [Unmap waits for the device]
-  const std::lock_guard lock(map_mutex_);
-  unmap_granules_locked(begin, begin + bytes);
-}
-
-void cuda_device::unmap_granules_locked(std::uintptr_t begin, std::uintptr_t end) noexcept {
-  std::size_t found = 0;
-  auto it = granules_.lower_bound(begin);
-  while (it != granules_.end() && it->first < end) {
-    driver_->unmap_and_release(to_cu(it->first), granularity_, it->second, "unmapping");
-    it = granules_.erase(it);
-    ++found;
-  }
-  if (const std::size_t expected = (end - begin) / granularity_; found != expected) {
-    std::fprintf(stderr,
-                 "tensorpager: cuda_device::unmap: %zu of the %zu granule(s) at %#zx were not "
-                 "mapped\n",
-                 expected - found, expected, static_cast<std::size_t>(begin));
-  }
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context, std::nothrow);
+  // Note [Free waits for the device].
+  if (const CUresult r = api.call<&driver_api::ctx_synchronize>(); r != CUDA_SUCCESS) api.log(r, "cuCtxSynchronize");
+  if (const CUresult r = api.call<&driver_api::mem_free>(to_cu(ptr)); r != CUDA_SUCCESS) api.log(r, "cuMemFree");
 }
 
 // --- page-locked host memory ---------------------------------------------------
 
 void* cuda_device::try_allocate_host(std::size_t bytes) {
-  const device_guard guard(ordinal_);
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context);
   void* ptr = nullptr;
-  const cudaError_t err = cudaHostAlloc(&ptr, bytes, cudaHostAllocDefault);
-  if (err == cudaErrorMemoryAllocation) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  cuda_check(err, "cudaHostAlloc");
+  const CUresult r = api.call<&driver_api::mem_host_alloc>(&ptr, bytes, static_cast<unsigned>(CU_MEMHOSTALLOC_PORTABLE));
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) return nullptr;
+  api.check(r, "cuMemHostAlloc");
   return ptr;
 }
 
 void cuda_device::deallocate_host(void* ptr, std::size_t /*bytes*/) noexcept {
   if (ptr == nullptr) return;
-  const device_guard guard(ordinal_, std::nothrow);
-  (void)TP_CUDA_WARN(cudaFreeHost(ptr));
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context, std::nothrow);
+  if (const CUresult r = api.call<&driver_api::mem_free_host>(ptr); r != CUDA_SUCCESS) api.log(r, "cuMemFreeHost");
 }
 
 // --- streams and events --------------------------------------------------------
 
 stream_id cuda_device::create_stream() {
-  const device_guard guard(ordinal_);
-  cudaStream_t stream = nullptr;
-  TP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context);
+  CUstream stream = nullptr;
+  api.check(api.call<&driver_api::stream_create>(&stream, static_cast<unsigned>(CU_STREAM_NON_BLOCKING)),
+            "cuStreamCreate");
   return stream_id{reinterpret_cast<std::uintptr_t>(stream)};
 }
 
 void cuda_device::destroy_stream(stream_id stream) noexcept {
   if (stream == default_stream) return;
-  const device_guard guard(ordinal_, std::nothrow);
-  (void)TP_CUDA_WARN(cudaStreamDestroy(to_cuda(stream)));
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context, std::nothrow);
+  if (const CUresult r = api.call<&driver_api::stream_destroy>(to_cu_stream(stream)); r != CUDA_SUCCESS) {
+    api.log(r, "cuStreamDestroy");
+  }
 }
 
 bool cuda_device::is_stream(stream_id /*stream*/) const { return true; }
 
 void cuda_device::synchronize(stream_id stream) {
-  const device_guard guard(ordinal_);
-  TP_CUDA_CHECK(cudaStreamSynchronize(to_cuda(stream)));
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context);
+  api.check(api.call<&driver_api::stream_synchronize>(to_cu_stream(stream)), "cuStreamSynchronize");
 }
 
 event_id cuda_device::create_event() {
-  const device_guard guard(ordinal_);
-  cudaEvent_t event = nullptr;
-  TP_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context);
+  CUevent event = nullptr;
+  api.check(api.call<&driver_api::event_create>(&event, static_cast<unsigned>(CU_EVENT_DISABLE_TIMING)),
+            "cuEventCreate");
   return event_id{reinterpret_cast<std::uintptr_t>(event)};
 }
 
 void cuda_device::destroy_event(event_id event) noexcept {
   if (to_underlying(event) == 0) return;
-  const device_guard guard(ordinal_, std::nothrow);
-  (void)TP_CUDA_WARN(cudaEventDestroy(to_cuda(event)));
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context, std::nothrow);
+  if (const CUresult r = api.call<&driver_api::event_destroy>(to_cu_event(event)); r != CUDA_SUCCESS) {
+    api.log(r, "cuEventDestroy");
+  }
 }
 
 void cuda_device::record_event(event_id event, stream_id stream) {
-  const device_guard guard(ordinal_);
-  TP_CUDA_CHECK(cudaEventRecord(to_cuda(event), to_cuda(stream)));
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context);
+  api.check(api.call<&driver_api::event_record>(to_cu_event(event), to_cu_stream(stream)), "cuEventRecord");
 }
 
 bool cuda_device::query_event(event_id event) {
-  const device_guard guard(ordinal_);
-  const cudaError_t err = cudaEventQuery(to_cuda(event));
-  if (err == cudaErrorNotReady) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  cuda_check(err, "cudaEventQuery");
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context);
+  const CUresult r = api.call<&driver_api::event_query>(to_cu_event(event));
+  if (r == CUDA_ERROR_NOT_READY) return false;
+  api.check(r, "cuEventQuery");
   return true;
 }
 
 void cuda_device::synchronize_event(event_id event) {
-  const device_guard guard(ordinal_);
-  TP_CUDA_CHECK(cudaEventSynchronize(to_cuda(event)));
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context);
+  api.check(api.call<&driver_api::event_synchronize>(to_cu_event(event)), "cuEventSynchronize");
 }
 
 void cuda_device::stream_wait_event(stream_id stream, event_id event) {
-  const device_guard guard(ordinal_);
-  TP_CUDA_CHECK(cudaStreamWaitEvent(to_cuda(stream), to_cuda(event), 0));
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context);
+  api.check(api.call<&driver_api::stream_wait_event>(to_cu_stream(stream), to_cu_event(event), 0u),
+            "cuStreamWaitEvent");
 }
 
 // --- copies and information ----------------------------------------------------
 
 void cuda_device::copy_async(void* dst, const void* src, std::size_t bytes, stream_id stream) {
   if (bytes == 0) return;
-  const device_guard guard(ordinal_);
-  TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, to_cuda(stream)));
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context);
+  api.check(api.call<&driver_api::memcpy_async>(to_cu(dst), to_cu(src), bytes, to_cu_stream(stream)),
+            "cuMemcpyAsync");
 }
 
 memory_info cuda_device::memory() const {
-  const device_guard guard(ordinal_);
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context);
   memory_info info;
-  TP_CUDA_CHECK(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
+  api.check(api.call<&driver_api::mem_get_info>(&info.free_bytes, &info.total_bytes), "cuMemGetInfo");
   return info;
+}
+
+void cuda_device::enable_peer_access(const cuda_device& peer) {
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context);
+  const CUresult r = api.call<&driver_api::ctx_enable_peer_access>(peer.handles_->context, 0u);
+  if (r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) return;
+  api.check(r, "cuCtxEnablePeerAccess");
 }
 
 }  // namespace tp

@@ -137,7 +137,8 @@ packed_activation::packed_activation(method kind, at::Tensor payload, at::Tensor
       sizes_(original.sizes().vec()),
       dtype_(original.scalar_type()),
       memory_format_(original.suggest_memory_format()),
-      original_bytes_(bytes_of(original)) {
+      original_bytes_(bytes_of(original)),
+      version_(original) {
   method_counters& c = counters_of(kind_);
   c.tensors.fetch_add(1);
   c.bytes_in.fetch_add(signed_bytes(original_bytes_));
@@ -150,6 +151,7 @@ packed_activation::~packed_activation() { the_counters().live_bytes.fetch_sub(si
 std::size_t packed_activation::packed_bytes() const noexcept { return bytes_of(payload_) + bytes_of(scale_); }
 
 at::Tensor packed_activation::restore() const {
+  version_.check(dtype_, sizes_);
   const at::NoGradGuard no_grad;
   counters_of(kind_).restored.fetch_add(1);
   switch (kind_) {

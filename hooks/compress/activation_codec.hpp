@@ -35,6 +35,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "hooks/saved_version.hpp"
+
 namespace tp::hooks::compress {
 
 /// A compression method (Note [Compression methods]); none leaves a tensor
@@ -73,7 +75,9 @@ class packed_activation {
   /// The compressed data itself (for tests and tools); do not modify it.
   const at::Tensor& payload() const noexcept { return payload_; }
   /// A new tensor of the original shape, dtype, device and memory format,
-  /// holding the decompressed values (Note [Compression methods]).
+  /// holding the decompressed values (Note [Compression methods]). Raises
+  /// autograd's error when the original was changed in place since it was
+  /// packed (Note [In-place changes to saved tensors] in hooks/saved_version.hpp).
   at::Tensor restore() const;
 
  private:
@@ -87,6 +91,7 @@ class packed_activation {
   at::ScalarType dtype_;
   at::MemoryFormat memory_format_;
   std::size_t original_bytes_;
+  saved_version version_;  // the original's
 };
 
 /// Compresses t by m. Throws tp::invalid_argument when why_not_packable()

@@ -69,25 +69,24 @@ std::optional<std::size_t> begin_session(const session_request& req) {
   return previous;
 }
 
-void end_session(std::optional<std::size_t> previous) {
+std::string end_session(std::optional<std::size_t> previous) {
   session_registry& r = sessions();
   std::shared_ptr<budget_session> s;
   {
     std::lock_guard lock(r.mutex);
-    s = r.active;
+    s = std::exchange(r.active, nullptr);
+    r.pending_ratio.reset();
   }
-  if (!s) return;
+  if (!s) return {};
   // Lift the budget first: making every managed storage resident again must
   // not fail for want of room. The previous budget returns afterwards.
   allocator_control& control = installed_adapter_now().control;
   control.change_budget(std::nullopt);
-  s->close();  // throws only if the device itself is full: the session stays, nothing is lost
-  {
-    std::lock_guard lock(r.mutex);
-    r.active.reset();
-    r.pending_ratio.reset();
-  }
-  control.change_budget(previous);
+  const auto [lost, why] = s->close();  // ends the session whatever happens (Note [Session lifetime])
+  control.change_budget(previous);  // throws when more is reserved now: the session has ended anyway
+  if (lost == 0) return {};
+  return std::to_string(lost) + " saved tensor(s) could not be brought back when the budget ended, and raise "
+         "an error if backward needs them; the first: " + why;
 }
 
 std::shared_ptr<budget_session> active_session() {
@@ -207,7 +206,9 @@ budget_scope::budget_scope(const budget_options& opts) {
 
 budget_scope::~budget_scope() {
   try {
-    tp::hooks::end_session(previous_);
+    if (const std::string lost = tp::hooks::end_session(previous_); !lost.empty()) {
+      std::fprintf(stderr, "tensorpager: %s\n", lost.c_str());
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tensorpager: budget_scope could not end cleanly: %s\n", e.what());
   }

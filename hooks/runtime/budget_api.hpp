@@ -37,9 +37,12 @@ struct session_request {
 /// outside (0, 1] (nothing changes then).
 std::optional<std::size_t> begin_session(const session_request& req);
 /// Ends the active session (Note [Session lifetime]) and restores `previous`
-/// as the budget. Does nothing without a session. Throws what
-/// budget_session::close() and set_budget throw.
-void end_session(std::optional<std::size_t> previous);
+/// as the budget. Always ends it, so that another may begin. Does nothing
+/// without a session. Returns what was lost (saved tensors that could not be
+/// brought back), or "" when nothing was. Throws tp::invalid_argument when
+/// `previous` is below what is reserved now (the session has ended; the
+/// budget stays lifted).
+std::string end_session(std::optional<std::size_t> previous);
 /// The active session, or nullptr.
 std::shared_ptr<budget_session> active_session();
 /// A step boundary: the runtime learns the step; a ratio budget is resolved

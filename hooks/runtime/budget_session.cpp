@@ -106,18 +106,26 @@ runtime_stats budget_session::stats() const {
   return rt->stats();
 }
 
-void budget_session::close() {
+std::pair<std::size_t, std::string> budget_session::close() {
   std::vector<std::shared_ptr<saved_storage>> live;
   std::shared_ptr<memory_runtime> rt;
   {
     std::lock_guard lock(mu_);
-    if (!runtime_) return;
+    if (!runtime_) return {};
     rt = runtime_;
     for (auto& [impl, weak] : by_storage_) {
       if (auto s = weak.lock()) live.push_back(std::move(s));
     }
   }
-  for (auto& s : live) s->make_resident();  // may throw out_of_memory: still managed, nothing lost
+  std::vector<std::pair<saved_storage*, std::string>> lost;
+  for (auto& s : live) {
+    try {
+      s->make_resident();
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      lost.emplace_back(s.get(), what.substr(0, what.find('\n')));  // a Python error's first line
+    }
+  }
   detach_runtime(rt.get());
   {
     std::lock_guard lock(mu_);
@@ -129,9 +137,15 @@ void budget_session::close() {
     if (s->id()) rt->untrack(*s->id());
     s->set_id(std::nullopt);
   }
+  for (auto& [s, why] : lost) {
+    s->lose("tensorpager: this saved tensor was lost when its budget ended: it could not be brought back (" + why +
+            ")");
+  }
   if (res_.host_synchronous) res_.dev.synchronize(res_.compute);
   // rt (and with it the reclaimer registration) goes when the last caller
   // holding it returns.
+  if (lost.empty()) return {};
+  return {lost.size(), lost.front().second};
 }
 
 }  // namespace tp::hooks

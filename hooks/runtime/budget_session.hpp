@@ -10,7 +10,11 @@
 // close() ends management without destroying anything: it makes every
 // tracked storage resident again, untracks it, and destroys the runtime (which
 // stops being the allocator's reclaimer). Storages then behave as plain
-// torch storages until their handles die. Calls into the runtime are made
+// torch storages until their handles die. close() always ends the session,
+// so that the process stays usable whatever happened inside it: a storage
+// that cannot be brought back (its recompute fails, as it does when the
+// block itself failed halfway through a forward) is lost, and its unpack
+// raises an error saying why; it never yields stale bytes. Calls into the runtime are made
 // without the session's mutex held: a restore may recompute, the recompute
 // runs Python, and Python may adopt or restore other storages.
 
@@ -20,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>
@@ -58,9 +63,9 @@ class budget_session : public std::enable_shared_from_this<budget_session> {
   runtime_stats stats() const;
   policy_kind policy() const { return opts_.policy; }
   bool closed() const;
-  /// Note [Session lifetime]. Throws tp::out_of_memory when a storage cannot
-  /// be made resident again (it stays managed); idempotent.
-  void close();
+  /// Note [Session lifetime]. Idempotent; never leaves the session open.
+  /// Returns how many storages were lost, and the first one's reason.
+  std::pair<std::size_t, std::string> close();
 
   // --- for saved_storage ----------------------------------------------------------
   /// The runtime, or nullptr once closed. The shared_ptr keeps it alive for

@@ -9,43 +9,34 @@
 #include <torch/python.h>
 
 #include "hooks/c10_errors.hpp"
+#include "core/errors.hpp"
 #include "hooks/runtime/budget_api.hpp"
+#include "hooks/saved_version.hpp"
 
 namespace py = pybind11;
 
 namespace tp::hooks {
 namespace {
 
-/// A saved tensor as Python's pack hook returns it.
-///
-/// Note [In-place changes to saved tensors]
-/// Autograd checks at unpack that a saved tensor was not changed in place
-/// since it was saved, and raises otherwise; but with saved-tensor hooks it
-/// checks nothing (it holds only what the pack hook returned), so training
-/// under tp.budget would compute gradients from the changed data where
-/// PyTorch alone raises. The handle therefore keeps the tensor's version
-/// counter (shared by every view of it; keeping it holds no memory) and the
-/// version at pack, and unpack() raises autograd's error when they differ.
-/// The same holds for a segment's inputs, held as handles for its replay
-/// (python/tensorpager/_runtime.py): a replay from changed inputs would
-/// recompute wrong activations, so it raises instead.
+/// A saved tensor as Python's pack hook returns it: managed by the runtime
+/// (its storage may be evicted), or kept as it is (a parameter, a tensor of
+/// another allocator or device, anything pack() cannot manage). Either way
+/// unpack() checks the version (Note [In-place changes to saved tensors] in
+/// hooks/saved_version.hpp).
 struct py_saved_tensor {
-  saved_view view;
-  bool fresh = false;  ///< this pack started managing the storage
-  std::optional<c10::VariableVersion> version;  ///< the tensor's counter, where it has one
-  std::uint32_t saved_version = 0;
+  std::optional<saved_view> view;  ///< managed
+  at::Tensor kept;                 ///< not managed: the tensor itself
+  bool fresh = false;              ///< this pack started managing the storage
+  saved_version version;
 
   at::Tensor unpack() const {
-    if (version && version->current_version() != saved_version) {
-      TORCH_CHECK(false,
-                  "one of the variables needed for gradient computation has been modified by an inplace "
-                  "operation: [",
-                  c10::toString(view.dtype), " ", c10::IntArrayRef(view.sizes), "] is at version ",
-                  version->current_version(), "; expected version ", saved_version,
-                  " instead. tensorpager saved it under tp.budget and, like autograd without hooks, "
-                  "refuses to compute gradients from changed data (clone it before changing it in place)");
-    }
-    return with_c10_errors([&] { return view.materialize(); });
+    version.check(view ? view->dtype : kept.scalar_type(), view ? c10::IntArrayRef(view->sizes) : kept.sizes());
+    if (!view) return kept;
+    return with_c10_errors([&] { return view->materialize(); });
+  }
+  saved_storage& storage() const {
+    if (!view) throw invalid_argument("tensorpager: this saved tensor is not managed by the budget runtime");
+    return *view->storage;
   }
 };
 
@@ -92,25 +83,36 @@ void register_runtime(py::module_& m) {
            "tensor was changed in place since it was packed (Note [In-place changes to saved tensors]).")
       .def(
           "set_recompute",
-          [](py_saved_tensor& s, py::object fn, std::int64_t cost_ns) {
+          [](py_saved_tensor& s, py::object fn, std::int64_t cost_ns, std::optional<std::uint32_t> version) {
             if (fn.is_none()) {
-              s.view.storage->set_recompute({}, 0);
+              s.storage().set_recompute({}, 0);
               return;
             }
             auto callable = std::make_shared<gil_safe_callable>(std::move(fn));
-            s.view.storage->set_recompute([callable] { return (*callable)(); }, cost_ns);
+            s.storage().set_recompute([callable] { return (*callable)(); }, cost_ns,
+                                      s.version.at_version(version.value_or(s.version.at())));
           },
-          py::arg("fn"), py::arg("cost_ns"),
-          "Makes the storage droppable: fn() returns a tensor whose storage holds the same bytes again.")
+          py::arg("fn"), py::arg("cost_ns"), py::arg("version") = py::none(),
+          "Makes the managed storage droppable: fn() returns a tensor whose storage holds its bytes again, as "
+          "they were at `version` of this tensor's version counter (None: the version at pack). Once the tensor "
+          "has moved past that version the storage is never dropped (Note [Recompute reproduces one version]).")
+      .def_property_readonly("managed", [](const py_saved_tensor& s) { return s.view.has_value(); })
+      .def_property_readonly(
+          "version",
+          [](const py_saved_tensor& s) -> std::optional<std::uint32_t> {
+            if (!s.version.counter()) return std::nullopt;
+            return s.version.counter()->current_version();
+          },
+          "The tensor's version now (its _version), or None when it has no version counter.")
       .def_property_readonly(
           "key", [](const py_saved_tensor& s) {
-            return reinterpret_cast<std::uintptr_t>(s.view.storage->storage().unsafeGetStorageImpl());
+            return reinterpret_cast<std::uintptr_t>(s.storage().storage().unsafeGetStorageImpl());
           })
       .def_readonly("fresh", &py_saved_tensor::fresh)
-      .def_property_readonly("nbytes", [](const py_saved_tensor& s) { return s.view.storage->nbytes(); })
-      .def_property_readonly("state", [](const py_saved_tensor& s) { return std::string(s.view.storage->state()); })
-      .def_property_readonly("recomputable",
-                             [](const py_saved_tensor& s) { return s.view.storage->recomputable(); });
+      .def_property_readonly("nbytes", [](const py_saved_tensor& s) { return s.storage().nbytes(); })
+      .def_property_readonly("state", [](const py_saved_tensor& s) { return std::string(s.storage().state()); })
+      .def_property_readonly("recomputable", [](const py_saved_tensor& s) { return s.storage().recomputable(); })
+      .def_property_readonly("can_recompute", [](const py_saved_tensor& s) { return s.storage().can_recompute(); });
 
   m.def(
       "budget_begin",
@@ -124,8 +126,10 @@ void register_runtime(py::module_& m) {
         return begin_session(req);
       },
       py::arg("bytes"), py::arg("ratio"), py::arg("policy"), py::arg("prefetch"));
-  m.def("budget_end", [](std::optional<std::size_t> previous) { with_c10_errors([&] { end_session(previous); }); },
-        py::arg("previous"));
+  m.def(
+      "budget_end",
+      [](std::optional<std::size_t> previous) { return with_c10_errors([&] { return end_session(previous); }); },
+      py::arg("previous"), "Ends the session (always); returns what was lost at the end, or ''.");
   m.def("budget_active", [] { return active_session() != nullptr; });
   m.def("budget_step", [] { with_c10_errors([] { session_step(); }); });
   m.def("runtime_stats", [] { return session_stats(); });
@@ -140,20 +144,16 @@ void register_runtime(py::module_& m) {
       "Python storage object, which would hold the storage for as long as it lives.");
   m.def(
       "pack",
-      [](const at::Tensor& t) -> py::object {
-        bool fresh = false;
-        auto view = with_c10_errors([&] { return manage(t, &fresh); });
-        if (!view) return py::none();
+      [](const at::Tensor& t, bool manage_storage) {
         auto s = std::make_shared<py_saved_tensor>();
-        s->view = std::move(*view);
-        s->fresh = fresh;
-        if (const c10::VariableVersion& v = t.unsafeGetTensorImpl()->version_counter(); v.enabled()) {
-          s->version = v;
-          s->saved_version = v.current_version();
-        }
-        return py::cast(std::move(s));
+        s->version = saved_version(t);
+        if (manage_storage) s->view = with_c10_errors([&] { return manage(t, &s->fresh); });
+        if (!s->view) s->kept = t;
+        return s;
       },
-      py::arg("tensor"), "The tensor's storage under the active budget, or None when it is not manageable.");
+      py::arg("tensor"), py::arg("manage") = true,
+      "A SavedTensor for t: its storage under the active budget (managed) when manage is true and t is "
+      "manageable, else t kept as it is; unpack() checks t's version either way.");
 }
 
 }  // namespace tp::hooks

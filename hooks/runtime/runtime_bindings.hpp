@@ -1,6 +1,6 @@
 #pragma once
 // Registers the budget runtime's Python face on tensorpager._C (used by
-// python/tensorpager/budget.py). python_module.cpp calls register_runtime()
+// python/tensorpager/_runtime.py). python_module.cpp calls register_runtime()
 // once, inside PYBIND11_MODULE.
 
 #include <pybind11/pybind11.h>
@@ -13,9 +13,9 @@ namespace tp::hooks {
 ///   budget_end(previous: int | None) -> None
 ///   budget_active() -> bool          budget_step() -> None
 ///   runtime_stats() -> dict[str, int]
-///   pack(tensor) -> SavedTensor | None
-///   SavedTensor: unpack() -> Tensor, set_recompute(fn | None, cost_ns),
-///                key, fresh, nbytes, state, recomputable
+///   pack(tensor, manage=True) -> SavedTensor
+///   SavedTensor: unpack() -> Tensor, set_recompute(fn | None, cost_ns, version=None),
+///                managed, key, fresh, nbytes, state, recomputable, can_recompute
 /// Call once per module, with the GIL held.
 void register_runtime(pybind11::module_& m);
 

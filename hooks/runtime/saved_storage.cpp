@@ -27,7 +27,14 @@ void saved_storage::release_device() noexcept {
 void* saved_storage::allocate_device(std::size_t bytes) {
   c10::DataPtr fresh;
   try {
-    fresh = allocator_.allocate(bytes);
+    // Note [Restores allocate for the tensor's device and stream] in runtime_host.hpp.
+    const runtime_resources& res = session_->resources();
+    if (res.allocate_on_compute) {
+      void* p = res.allocate_on_compute(bytes);
+      fresh = c10::DataPtr(p, p, allocator_.raw_deleter(), storage_.device());
+    } else {
+      fresh = allocator_.allocate(bytes);
+    }
   } catch (const c10::OutOfMemoryError& e) {
     // The runtime tells an allocation that may be retried later (a prefetch
     // ahead) by tp::out_of_memory.
@@ -66,7 +73,10 @@ void saved_storage::recompute() {
 
 bool saved_storage::can_release() const noexcept { return storage_.use_count() == 1; }
 
+bool saved_storage::can_recompute() const noexcept { return reproduces_.unchanged(); }
+
 void saved_storage::make_resident() {
+  if (!lost_.empty()) throw error(lost_);
   const auto rt = session_->runtime();
   if (!rt || !id_) return;  // unmanaged: the storage is always resident
   rt->access(*id_);
@@ -74,13 +84,21 @@ void saved_storage::make_resident() {
   if (res.host_synchronous) res.dev.synchronize(res.compute);
 }
 
-void saved_storage::set_recompute(std::function<at::Tensor()> fn, std::int64_t cost_ns) {
+void saved_storage::set_recompute(std::function<at::Tensor()> fn, std::int64_t cost_ns,
+                                  saved_version reproduces) {
   recompute_ = std::move(fn);
+  reproduces_ = std::move(reproduces);
   const auto rt = session_->runtime();
   if (rt && id_) rt->set_recompute_cost(*id_, recompute_ ? std::max<std::int64_t>(cost_ns, 1) : 0);
 }
 
+void saved_storage::lose(std::string why) {
+  lost_ = std::move(why);
+  recompute_ = {};
+}
+
 const char* saved_storage::state() const {
+  if (!lost_.empty()) return "lost";
   const auto rt = session_->runtime();
   if (!rt || !id_) return "unmanaged";
   return to_string(rt->state(*id_));

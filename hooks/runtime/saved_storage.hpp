@@ -21,17 +21,30 @@
 // python/tensorpager/_runtime.py), which returns a tensor whose storage holds
 // the recomputed bytes; its DataPtr is moved in when nothing else holds that
 // storage, and copied otherwise.
+//
+// Note [Recompute reproduces one version]
+// A replay rebuilds the bytes as they were at one point: a segment's output
+// as the segment returned it, a saved tensor as the segment left it. A later
+// in-place change (a following segment that starts with ReLU(inplace=True))
+// moves the storage past that point, and a replay would then bring back the
+// old values: silently wrong gradients. So the recompute carries the version
+// counter of the tensor it was set up for and the version it reproduces;
+// can_recompute() is false once the counter has moved on, and the runtime
+// swaps the storage (or keeps it) instead of dropping it. A storage is only
+// ever rebuilt by a replay that reproduces its current version.
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/Storage.h>
 
+#include "hooks/saved_version.hpp"
 #include "runtime/managed_tensor.hpp"
 
 namespace tp::hooks {
@@ -56,6 +69,8 @@ class saved_storage final : public storage_binding {
   void* allocate_device(std::size_t bytes) override;
   void recompute() override;
   bool can_release() const noexcept override;
+  /// Note [Recompute reproduces one version].
+  bool can_recompute() const noexcept override;
 
   /// The storage; its bytes are valid only after make_resident().
   const c10::Storage& storage() const { return storage_; }
@@ -65,14 +80,22 @@ class saved_storage final : public storage_binding {
   void set_id(std::optional<tensor_id> id) { id_ = id; }
 
   /// Makes the bytes valid on the current stream (a use: the runtime records
-  /// it). Throws tp::out_of_memory (the storage stays where it was).
+  /// it). Throws tp::out_of_memory (the storage stays where it was), and
+  /// tp::error once the storage is lost().
   void make_resident();
+  /// Note [Session lifetime]: the session ended while the bytes could not be
+  /// brought back (a recompute that failed); every later make_resident()
+  /// throws tp::error with `why`. Requires: untracked.
+  void lose(std::string why);
   /// Sets how to recompute the bytes (empty: not recomputable) and what it
-  /// costs. The callback returns a tensor whose storage holds them.
-  void set_recompute(std::function<at::Tensor()> fn, std::int64_t cost_ns);
+  /// costs. The callback returns a tensor whose storage holds them as they
+  /// were at `reproduces` (Note [Recompute reproduces one version]; a
+  /// default saved_version, of a tensor with no counter, is never stale).
+  void set_recompute(std::function<at::Tensor()> fn, std::int64_t cost_ns, saved_version reproduces = {});
   bool recomputable() const { return static_cast<bool>(recompute_); }
   /// "resident", "offloading", "on_host", "prefetching", "dropped", or
-  /// "unmanaged" once its session has ended.
+  /// "unmanaged" once its session has ended ("lost" when it ended without
+  /// the bytes).
   const char* state() const;
 
  private:
@@ -81,6 +104,8 @@ class saved_storage final : public storage_binding {
   c10::Allocator& allocator_;
   std::optional<tensor_id> id_;
   std::function<at::Tensor()> recompute_;
+  std::string lost_;  // why the bytes are gone, once lose() was called
+  saved_version reproduces_;  // Note [Recompute reproduces one version]
 };
 
 }  // namespace tp::hooks

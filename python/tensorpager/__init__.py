@@ -91,9 +91,11 @@ def install(conf: str | None = None, **options: Any) -> None:
             also be a float ratio of the device memory (``0.6``); None means
             ``none``; paths may be ``os.PathLike``.
 
-    If neither conf nor options name ``device`` and
-    ``torch.cuda.is_available()`` is False, the CPU adapter is installed
-    (``device:cpu``) and ``config()["device_source"]`` says so.
+    If neither conf nor options name ``device`` and ``torch.cuda.device_count()``
+    is 0, the CPU adapter is installed (``device:cpu``) and
+    ``config()["device_source"]`` says so. Installing makes no CUDA call (the
+    device count comes from NVML, as PyTorch's does): a ``CUDA_VISIBLE_DEVICES``
+    set afterwards still applies, and a process forked afterwards can use CUDA.
 
     Raises:
         ValueError: the configuration is invalid (unknown key, malformed size,
@@ -111,11 +113,16 @@ def install(conf: str | None = None, **options: Any) -> None:
     if "device" not in _conf.parse_to_dict(text):
         import torch
 
-        if torch.cuda.is_available():
+        # Not torch.cuda.is_available(): it initialises the CUDA driver
+        # (cudaGetDeviceCount) unless PYTORCH_NVML_BASED_CUDA_CHECK is set,
+        # and installing runs during `import torch` (Note [No CUDA call before
+        # the first allocation] in hooks/cuda_adapter.cpp). device_count()
+        # asks NVML, falling back to the runtime only where NVML is missing.
+        if torch.cuda.device_count() > 0:
             source = "default"
         else:
             text = _conf.join_entries([*_conf.split_entries(text, bracket_aware=False), "device:cpu"])
-            source = "auto: torch.cuda.is_available() is False and no device was configured"
+            source = "auto: torch.cuda.device_count() is 0 and no device was configured"
     # The C++ install() reads TENSORPAGER_CONF when given "", which would
     # override an explicit install(""); "backend:tensorpager" is every default.
     ext.install(text or "backend:tensorpager")
@@ -167,7 +174,7 @@ def config() -> dict[str, str]:
     Returns:
         ``{key: value}`` for every key in ``KEYS`` (defaults filled in), plus
         ``"device_source"``: ``"configuration"`` (device was given),
-        ``"default"``, or ``"auto: ..."`` (CUDA was unavailable, so the CPU
+        ``"default"``, or ``"auto: ..."`` (no CUDA device was counted, so the CPU
         adapter was chosen). An empty dict when tensorpager is not installed.
     """
     ext = _load_ext()

@@ -29,7 +29,10 @@ recomputed the same way, so when a later segment keeps them as inputs they are
 droppable too (recompute then chains backwards, as in DTR). A segment keeps
 its inputs (managed, so they may be swapped or dropped in turn). A segment
 whose forward changed one of its inputs in place cannot be replayed and saves
-nothing droppable. Which storages are dropped, and when, is the policy's
+nothing droppable; neither can one with an input in memory tensorpager does
+not manage (a tensor over a NumPy array, say): that memory can change with no
+version to show it, and a replay would then compute from other values than
+the first run, which autograd's own saved tensors still hold. Which storages are dropped, and when, is the policy's
 choice (``policy`` key), not the user's.
 
 Note [Step boundaries]
@@ -42,6 +45,7 @@ at the first boundary (a share of that step's peak reserved bytes).
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from functools import partial
@@ -99,7 +103,8 @@ class _Segment:
         )
         tensors = [a for a in _flatten(args) if isinstance(a, torch.Tensor)]
         self.input_keys = {_storage_key(a) for a in tensors} - {None}
-        self.input_versions = [(a, a._version) for a in tensors]
+        # Inference tensors have no version counter (and autograd never saves them).
+        self.input_versions = [(a, a._version) for a in tensors if not a.is_inference()]
         self.packs = 0
         self.pending: list[tuple[Any, int]] = []
         self.args: Any = None
@@ -175,7 +180,7 @@ class _Segment:
         change the buffers in place even to put them back: their versions
         would move, and autograd saves some of them (batch norm's running
         statistics), so their unpack would raise (Note [In-place changes to
-        saved tensors] in hooks/runtime/runtime_bindings.cpp). Appends each
+        saved tensors] in hooks/saved_version.hpp). Appends each
         (module, name, buffer) to `held` as it swaps, for the caller to put
         back.
         """
@@ -239,6 +244,10 @@ class _Tracker:
         self.ext = ext
         self.segment_depth = segment_depth
         self.recompute = recompute
+        # The budget covers the thread that entered it (and autograd's threads
+        # working for it, which run no module forwards): forwards of other
+        # threads are not its segments or steps (Note [What a budget covers]).
+        self.thread = threading.get_ident()
         self.stack: list[Any] = []
         self.segment: _Segment | None = None  # the segment whose forward is running
         self.producers: dict[int, tuple[Any, _Segment, int]] = {}  # storage key -> (weak output, segment, index)
@@ -248,16 +257,19 @@ class _Tracker:
 
     # --- saved-tensor hooks ------------------------------------------------------------
     def pack(self, t: Any) -> Any:
+        # Every saved tensor comes back through a SavedTensor, managed or not,
+        # so that unpack checks its version as autograd does without hooks
+        # (Note [In-place changes to saved tensors] in hooks/saved_version.hpp).
         seg = self.segment
         index = -1
         if seg is not None:
             index = seg.packs
             seg.packs += 1
         if (t.is_leaf and t.requires_grad) or (t._base is not None and t._base.is_leaf and t._base.requires_grad):
-            return t  # a parameter, or a view of one: never evicted
+            return self.ext.pack(t, False)  # a parameter, or a view of one: never evicted
         h = self.ext.pack(t)
-        if h is None:
-            return t
+        if not h.managed:
+            return h
         if h.fresh and seg is not None:
             if h.key in seg.input_keys:
                 self._link_producer(h)  # an input: recomputable by the segment that made it, if any
@@ -268,17 +280,21 @@ class _Tracker:
         return h
 
     def unpack(self, x: Any) -> Any:
-        if isinstance(x, self.ext.SavedTensor):
-            self.unpacked = True
-            return x.unpack()
-        return x
+        self.unpacked = True
+        return x.unpack()
 
     # --- module hooks ------------------------------------------------------------------
     def pre_forward(self, module: Any, args: tuple) -> None:
-        if self.suspended:
+        if self.suspended or threading.get_ident() != self.thread:
             return
         depth = len(self.stack)
         self.stack.append(module)
+        # Without grad (no_grad, inference_mode: evaluation) autograd saves
+        # nothing, so a forward there neither starts a step nor is a segment.
+        import torch
+
+        if not torch.is_grad_enabled():
+            return
         if depth == 0 and self.unpacked:
             self.step()
         if self.recompute and depth == self.segment_depth:
@@ -287,7 +303,7 @@ class _Tracker:
     def post_forward(self, module: Any, args: tuple, *rest: Any) -> None:
         # (kwargs, output) normally; torch passes fewer when the forward
         # raised (always_call), and then the segment is dropped below.
-        if self.suspended or not self.stack:
+        if self.suspended or not self.stack or threading.get_ident() != self.thread:
             return
         kwargs, output = rest if len(rest) == 2 else (None, None)
         self.stack.pop()
@@ -302,9 +318,14 @@ class _Tracker:
         pending, seg.pending = seg.pending, []
         if any(t._version != v for t, v in versions):
             return  # changed an input in place: cannot be replayed (Note [Segments])
-        seg.args, seg.kwargs = self._hold((args, kwargs))  # one pass: aliases stay aliases
+        (seg.args, seg.kwargs), foreign = self._hold((args, kwargs))  # one pass: aliases stay aliases
+        if foreign:
+            seg.args = seg.kwargs = None
+            return  # reads memory tensorpager cannot vouch for (Note [Segments])
         for h, index in pending:
-            h.set_recompute(partial(seg.replay, self, "saved", index), seg.cost_ns)
+            # A replay leaves the saved tensor as this forward left it: at its
+            # version now (Note [Recompute reproduces one version]).
+            h.set_recompute(partial(seg.replay, self, "saved", index), seg.cost_ns, h.version)
         import torch
 
         outputs = [o for o in _flatten(output) if isinstance(o, torch.Tensor)]
@@ -313,11 +334,15 @@ class _Tracker:
             if key is not None and key not in seg.input_keys:
                 self._add_producer(key, o, seg, j)
 
-    def _hold(self, tree: Any) -> Any:
+    def _hold(self, tree: Any) -> tuple[Any, bool]:
+        """The tensors of tree as _HeldInputs, and whether one of them is
+        foreign: memory of another allocator or device (a NumPy array's, say),
+        which can change with no version to show it."""
         import torch
         from torch.utils._pytree import tree_map
 
         held: dict[int, _HeldInput] = {}
+        foreign = False
 
         def hold(x: Any) -> Any:
             if not isinstance(x, torch.Tensor):
@@ -330,14 +355,16 @@ class _Tracker:
         def hold_one(x: Any) -> _HeldInput:
             if (x.is_leaf and x.requires_grad) or not _has_storage(x):
                 return _HeldInput(None, x, x.requires_grad)
+            nonlocal foreign
             h = self.ext.pack(x)
-            if h is None:
-                return _HeldInput(None, x, x.requires_grad)
+            if not h.managed:
+                foreign = foreign or x.numel() > 0
+                return _HeldInput(h, None, x.requires_grad)
             if h.fresh:
                 self._link_producer(h)
             return _HeldInput(h, None, x.requires_grad)
 
-        return tree_map(hold, tree)
+        return tree_map(hold, tree), foreign
 
     def _add_producer(self, key: int, out: Any, seg: _Segment, index: int) -> None:
         # The entry lives as long as the output tensor: only a live output can
@@ -348,19 +375,23 @@ class _Tracker:
             if entry is not None and entry[0] is ref:
                 del self.producers[key]
 
-        self.producers[key] = (weakref.ref(out, forget), seg, index)
+        self.producers[key] = (weakref.ref(out, forget), seg, index, out._version)
 
     def _link_producer(self, h: Any) -> None:
         entry = self.producers.get(h.key)
         if entry is None:
             return
-        out_ref, seg, index = entry
+        out_ref, seg, index, version = entry
         out = out_ref()
         # The weak reference guards against a reused address: the producer's
-        # output must still be alive and still use this storage.
-        if out is None or _storage_key(out) != h.key:
+        # output must still be alive and still use this storage. A replay
+        # rebuilds the output as the producer returned it, so it may stand in
+        # only while the storage is still at that version: not after a
+        # consumer changed it in place (ReLU(inplace=True) at the start of the
+        # next segment); Note [Recompute reproduces one version].
+        if out is None or _storage_key(out) != h.key or h.version != version:
             return
-        h.set_recompute(partial(seg.replay, self, "output", index), seg.cost_ns)
+        h.set_recompute(partial(seg.replay, self, "output", index), seg.cost_ns, version)
 
     def step(self) -> None:
         self.unpacked = False
@@ -455,16 +486,34 @@ class budget:
         _active = self
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         global _active
+        import warnings
+
         import tensorpager as tp
 
+        # The session always ends (Note [Session lifetime]); an error while
+        # ending it never replaces the block's own exception.
         self._remove_hooks()
         _active = None
-        tp._load_ext().budget_end(self._previous)
-        if self.timeline is not None:
-            tp.stop_timeline()
-            tp.dump_timeline(self.timeline)
+        try:
+            lost = tp._load_ext().budget_end(self._previous)
+            if lost:
+                warnings.warn(f"tensorpager.budget: {lost}", RuntimeWarning, stacklevel=2)
+        except Exception:
+            if exc_type is None:
+                raise
+        finally:
+            if self.timeline is not None:
+                tp.stop_timeline()
+                if exc_type is None:
+                    tp.dump_timeline(self.timeline)
+                else:
+                    try:
+                        tp.dump_timeline(self.timeline)
+                    except Exception as e:  # the block's exception is the one to see
+                        warnings.warn(f"tensorpager.budget: the timeline was not written: {e}", RuntimeWarning,
+                                      stacklevel=2)
 
     def _remove_hooks(self) -> None:
         if self._hooks is not None:

@@ -299,10 +299,13 @@ class _Outer:
 
 
 def _exact(t: torch.Tensor) -> Any:
-    """t saved as it would be without compress: by the enclosing hooks, if any."""
+    """t saved as it would be without compress: by the enclosing hooks, if
+    any, or else kept with its version, which unpack checks as autograd does
+    without hooks (Note [In-place changes to saved tensors] in
+    hooks/saved_version.hpp)."""
     outer = getattr(_local, "outer", None)
     if outer is None:
-        return t
+        return _C.pack(t, False)
     pack, unpack = outer
     return _Outer(pack(t), unpack)
 
@@ -367,8 +370,8 @@ def _packed_cache() -> dict[int, tuple[Any, int, str, Any]]:
 
 
 def _unpack(packed: Any) -> torch.Tensor:
-    if isinstance(packed, torch.Tensor):
-        return packed
+    if isinstance(packed, _C.SavedTensor):
+        return packed.unpack()
     if isinstance(packed, _Outer):
         return packed.unpack(packed.packed)
     return packed.restore()

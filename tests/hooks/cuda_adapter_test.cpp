@@ -1,20 +1,24 @@
 // The c10 CUDA adapter under real CUDA tensors (label gpu). Installing it is
 // irreversible, so every test installs the same configuration (the second
 // install is a no-op) and restores the budget it changes. Skips where torch
-// sees no CUDA device; on a machine without one it checks that install refuses.
+// sees no CUDA device; on a machine without one it checks that install makes
+// no CUDA call and that the first allocation fails cleanly.
 
+#include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
 #include "core/errors.hpp"
-#include "device/cuda/cuda_device.hpp"
 #include "hooks/tensorpager.hpp"
 #include "hooks_test_support.hpp"
 
@@ -26,15 +30,19 @@ using c10::CachingAllocator::StatType;
 
 constexpr const char* conf = "device:cuda";
 
-TEST(CudaAdapterWithoutDevice, InstallRefusesWithAClearMessage) {
-  if (tp::cuda_device::device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+TEST(CudaAdapterWithoutDevice, InstallsWithoutCudaAndTheFirstAllocationFailsCleanly) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is present";
+  // Note [No CUDA call before the first allocation] in hooks/cuda_adapter.cpp.
+  tensorpager::install(conf);
+  EXPECT_TRUE(tensorpager::is_installed());
+  EXPECT_EQ(tensorpager::cuda_driver_calls(), 0u);
+  EXPECT_THROW((void)cca::raw_alloc(1024), c10::Error);
   try {
-    tensorpager::install(conf);
-    FAIL() << "expected tp::config_error";
-  } catch (const tp::config_error& e) {
+    (void)tensorpager::cuda_device_name(0);
+    FAIL() << "expected tp::cuda_error";
+  } catch (const tp::cuda_error& e) {
     EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
   }
-  EXPECT_FALSE(tensorpager::is_installed());
 }
 
 class CudaAdapter : public ::testing::Test {
@@ -137,6 +145,56 @@ TEST_F(CudaAdapter, UnsupportedFeaturesSaySoAndHowToLeave) {
 }
 
 TEST_F(CudaAdapter, UninstallIsRefused) { EXPECT_THROW(tensorpager::uninstall(), tp::error); }
+
+TEST_F(CudaAdapter, TraceTrackersSeeSegmentAllocAndFree) {
+  // NCCL's buffer registration listens for these.
+  static std::vector<std::pair<c10::CachingDeviceAllocator::TraceEntry::Action, std::size_t>> seen;
+  static bool attached = false;
+  if (!attached) {
+    cca::attachAllocatorTraceTracker([](const c10::CachingDeviceAllocator::TraceEntry& e) {
+      seen.emplace_back(e.action_, e.addr_);
+    });
+    attached = true;
+  }
+  seen.clear();
+  std::size_t address = 0;
+  {
+    const at::Tensor t = at::empty({64 << 20}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+    address = reinterpret_cast<std::size_t>(t.data_ptr());
+  }
+  cca::emptyCache();
+  using Action = c10::CachingDeviceAllocator::TraceEntry::Action;
+  const auto has = [&](Action a) {
+    return std::find(seen.begin(), seen.end(), std::make_pair(a, address)) != seen.end();
+  };
+  EXPECT_TRUE(has(Action::SEGMENT_ALLOC));
+  EXPECT_TRUE(has(Action::ALLOC));
+  EXPECT_TRUE(has(Action::FREE_REQUESTED));
+  EXPECT_TRUE(has(Action::SEGMENT_FREE));
+}
+
+TEST_F(CudaAdapter, DriverCallsAreMadeOnlyOnceDevicesAreUsed) {
+  (void)at::empty({1}, at::TensorOptions().device(at::kCUDA));
+  EXPECT_GT(tensorpager::cuda_driver_calls(), 0u);
+  EXPECT_FALSE(tensorpager::cuda_device_name(0).empty());
+}
+
+TEST_F(CudaAdapter, RecordStreamWithAStreamOfAnotherDevice) {
+  if (c10::cuda::device_count() < 2) GTEST_SKIP() << "needs two GPUs";
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(at::Device(at::kCUDA, 0));
+  at::Tensor t = at::empty({1 << 20}, opts);
+  const void* first = t.data_ptr();
+  const c10::cuda::CUDAStream other = c10::cuda::getStreamFromPool(false, 1);
+  {
+    const c10::cuda::CUDAStreamGuard guard(other);
+    at::cuda::sleep(std::int64_t{1} << 30);
+  }
+  t.record_stream(other);
+  t = at::Tensor();
+  const at::Tensor u = at::empty({1 << 20}, opts);
+  EXPECT_NE(u.data_ptr(), first) << "reused memory that work on cuda:1 may still use";
+  other.synchronize();
+}
 
 }  // namespace
 }  // namespace tp::hooks::testing

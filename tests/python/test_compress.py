@@ -15,6 +15,7 @@ CNN on smooth 32x32 images, 5 seeds; "all" is over every parameter at once,
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -188,6 +189,24 @@ def test_a_tensor_saved_twice_is_packed_once(tp, packed_tensors) -> None:
     assert s["tensorpager.compress.shared"] == 1
     assert s["tensorpager.compress.fp8.restored"] == 2
     assert s["tensorpager.compress.live_bytes"] == live_before  # freed with the graph
+
+
+@pytest.mark.parametrize("changed", ["compressed", "exact"])
+def test_an_in_place_change_to_a_saved_tensor_raises_as_autograd_does(tp, changed: str) -> None:
+    # Note [In-place changes to saved tensors] (hooks/saved_version.hpp):
+    # with saved-tensor hooks autograd checks no versions; compress does,
+    # for the tensors it compresses and for those it leaves exact.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64))
+    x = torch.randn(32, 64)
+    min_bytes = 0 if changed == "compressed" else 1 << 30  # "exact": every tensor is too small to compress
+    for hooked in (False, True):
+        with tp.compress("ReLU=fp8", model=model, min_bytes=min_bytes) if hooked else contextlib.nullcontext():
+            h = model[1](model[0](x))  # saved by the ReLU only
+            y = (2 * h).sum()
+        h.add_(1)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.backward()
 
 
 def test_tensors_left_exact_go_to_the_enclosing_hooks(tp, packed_tensors) -> None:

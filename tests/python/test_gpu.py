@@ -156,3 +156,62 @@ def test_tiny_budget_raises_torch_out_of_memory() -> None:
     message, ooms = out.strip().splitlines()
     assert "tried to allocate" in message and "Budget" in message
     assert int(ooms) >= 1
+
+
+def test_a_child_forked_after_import_allocates_through_tensorpager() -> None:
+    # test_cuda_startup.py checks, on any machine, that import makes no CUDA
+    # call; here the forked child really uses the GPU.
+    out = _run(
+        """
+        import os, torch, tensorpager as tp
+        from tensorpager import _ext
+        assert _ext.load().cuda_driver_calls() == 0 and not torch.cuda.is_initialized()
+        pid = os.fork()
+        if pid == 0:
+            x = torch.arange(1 << 20, device="cuda", dtype=torch.float64)
+            ok = x.sum().item() == (1 << 20) * ((1 << 20) - 1) / 2
+            ok = ok and tp.stats()["allocated_bytes.all.current"] >= x.numel() * 8
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+        """
+    )
+    assert out.split()[-1] == "0"
+
+
+def test_cuda_visible_devices_set_after_import_still_applies() -> None:
+    out = _run(
+        """
+        import os, torch, tensorpager as tp
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # after tensorpager installed itself at import
+        print(tp.is_installed(), torch.cuda.is_available())
+        """
+    )
+    assert out.split() == ["True", "False"]
+
+
+def test_record_stream_with_a_stream_of_another_device() -> None:
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    out = _run(
+        """
+        import torch
+        n = 64 << 20
+        x = torch.empty(n, dtype=torch.uint8, device="cuda:0")
+        ptr = x.data_ptr()
+        other = torch.cuda.Stream(device="cuda:1")
+        with torch.cuda.device(1), torch.cuda.stream(other):
+            torch.cuda._sleep(2_000_000_000)  # keeps cuda:1's stream busy for about a second
+        x.record_stream(other)  # PyTorch's allocator accepts it; so must tensorpager
+        del x
+        y = torch.empty(n, dtype=torch.uint8, device="cuda:0")
+        busy_reuse = y.data_ptr() == ptr
+        other.synchronize()
+        del y
+        z = torch.empty(n, dtype=torch.uint8, device="cuda:0")
+        print(busy_reuse, torch.cuda.memory_allocated(0) == z.numel())
+        """
+    )
+    assert out.split() == ["False", "True"]

@@ -248,6 +248,33 @@ TEST(Runtime, RecomputeCostSetLaterMakesATensorDroppable) {
   EXPECT_TRUE(b.verify());
 }
 
+TEST(Runtime, AStorageChangedSinceItsRecomputeWasSetIsSwappedNotDropped) {
+  // Note [Recompute reproduces one version] in hooks/runtime/saved_storage.hpp.
+  runtime_rig rig;
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, with_policy(policy_kind::dtr));
+  fake_binding b(rig, 1 * MiB, 3);
+  const tensor_id id = rt.track(b, b.bytes(), rig.compute, 1000);
+  b.stale = true;
+  EXPECT_EQ(rt.reclaim(1, rig.compute), b.bytes());
+  EXPECT_EQ(rt.state(id), tensor_state::on_host);
+  rt.access(id);
+  EXPECT_EQ(b.recomputes, 0);
+  EXPECT_TRUE(b.verify());
+  rt.check_invariants();
+}
+
+TEST(Runtime, AStaleStorageStaysWhenTheHostPoolIsFull) {
+  runtime_rig rig({.host_budget = 1});
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, with_policy(policy_kind::dtr));
+  fake_binding b(rig, 1 * MiB, 3);
+  const tensor_id id = rt.track(b, b.bytes(), rig.compute, 1000);
+  b.stale = true;
+  EXPECT_EQ(rt.reclaim(1, rig.compute), 0u);
+  EXPECT_EQ(rt.state(id), tensor_state::resident);
+  EXPECT_NE(rt.describe().find("could neither be swapped"), std::string::npos) << rt.describe();
+  rt.check_invariants();
+}
+
 // The copy still reads the storage the binding frees after untrack: the
 // allocator keeps it until the copy is done, and the host never waits.
 TEST(Runtime, UntrackWhileOffloadingGuardsTheStorageWithoutWaiting) {

@@ -80,6 +80,7 @@ class fake_binding final : public storage_binding {
     return ptr_;
   }
   bool can_release() const noexcept override { return !shared; }
+  bool can_recompute() const noexcept override { return !stale; }
   void recompute() override {
     ptr_ = rig_.alloc.allocate(bytes_, rig_.compute);
     fill();
@@ -107,6 +108,7 @@ class fake_binding final : public storage_binding {
   int releases = 0;
   int recomputes = 0;
   bool shared = false;  ///< can_release() answers !shared, as a storage torch still holds
+  bool stale = false;   ///< can_recompute() answers !stale, as a storage changed in place since
 
  private:
   // The "kernel" that produced the tensor has finished: the simulated device's

@@ -1,0 +1,122 @@
+"""No CUDA call at ``import torch`` (Note [No CUDA call before the first
+allocation] in hooks/cuda_adapter.cpp), on any machine.
+
+tensorpager installs itself while torch is imported. Were that to call CUDA,
+the driver would be initialised during the import: a ``CUDA_VISIBLE_DEVICES``
+set afterwards would be ignored, and a process forked afterwards could not use
+CUDA. Each case runs in a child started as a user would; the CUDA adapter is
+forced with ``device:cuda`` so that it is the one installed even without a
+GPU. Calls are counted where tensorpager makes them (its driver loader,
+``_C.cuda_driver_calls()``), and what PyTorch or anyone did is seen from
+outside: torch's own flag, and whether the driver library is mapped at all.
+The GPU halves (a tensor allocated in the forked child, CUDA_VISIBLE_DEVICES
+after import) are in test_gpu.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import clean_env, extension_path, requires_ext, run_python
+
+pytestmark = [requires_ext]
+
+_PROBE = """
+import json, sys, torch, tensorpager as tp
+from tensorpager import _ext
+ext = _ext.load()
+def state():
+    return {"installed": tp.is_installed(), "kind": tp.device_kind() if tp.is_installed() else None,
+            "driver_calls": ext.cuda_driver_calls(), "torch_initialized": torch.cuda.is_initialized(),
+            "libcuda_mapped": "libcuda.so" in open("/proc/self/maps").read()}
+"""
+
+
+def _cuda_build() -> bool:
+    proc = run_python(
+        """
+        from tensorpager import _ext
+        try:
+            _ext.load().cuda_device_name(0)
+        except RuntimeError as e:
+            print("no-cuda-build" if "TP_WITH_CUDA=OFF" in str(e) else "cuda-build")
+        else:
+            print("cuda-build")
+        """,
+        check=False,
+    )
+    return proc.stdout.strip() == "cuda-build"
+
+
+requires_cuda_build = pytest.mark.skipif(
+    extension_path() is None or not _cuda_build(), reason="tensorpager._C was built without TP_WITH_CUDA"
+)
+
+
+@requires_cuda_build
+def test_import_torch_with_the_cuda_adapter_makes_no_cuda_call() -> None:
+    proc = run_python(
+        _PROBE
+        + """
+print(json.dumps(state()))
+# What a program may ask before its first CUDA tensor calls no CUDA either.
+tp.stats(); tp.memory_summary(); tp.config(); tp.get_budget(); tp.snapshot(); tp.empty_cache()
+torch.cuda.memory_stats(); torch.cuda.memory_allocated(); torch.cuda.memory_reserved()
+print(json.dumps(state()))
+""",
+        hook=True,
+        env=clean_env(PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager,device:cuda,budget:1GiB"),
+    )
+    after_import, after_queries = (json.loads(line) for line in proc.stdout.splitlines()[-2:])
+    expected = {"installed": True, "kind": "cuda", "driver_calls": 0, "torch_initialized": False,
+                "libcuda_mapped": False}
+    assert after_import == expected
+    assert after_queries == expected
+
+
+def test_choosing_the_device_at_import_makes_no_cuda_call() -> None:
+    # No device key: install() counts devices (NVML, not the driver) to choose.
+    proc = run_python(
+        _PROBE + "print(json.dumps(state()))",
+        hook=True,
+        env=clean_env(PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager"),
+    )
+    s = json.loads(proc.stdout.splitlines()[-1])
+    assert s["installed"] and not s["torch_initialized"] and not s["libcuda_mapped"], s
+    assert s["driver_calls"] == 0
+
+
+@requires_cuda_build
+def test_a_child_forked_after_import_can_use_the_device_layer() -> None:
+    proc = run_python(
+        _PROBE
+        + """
+import os
+count = torch.cuda.device_count()  # NVML: initialises nothing
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    try:
+        msg = "opened: " + ext.cuda_device_name(0)
+    except RuntimeError as e:
+        msg = "error: " + str(e)
+    os.write(w, msg.encode())
+    os._exit(0)
+os.close(w)
+msg = os.read(r, 65536).decode()
+os.waitpid(pid, 0)
+print(json.dumps({"count": count, "child": msg, "parent": state()}))
+""",
+        hook=True,
+        env=clean_env(PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager,device:cuda"),
+    )
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["parent"]["driver_calls"] == 0, out
+    if out["count"] > 0:
+        # The driver initialises in the child: nothing initialised it before the fork.
+        assert out["child"].startswith("opened: "), out
+    else:
+        # No GPU: the device layer says so cleanly, from the child.
+        assert out["child"].startswith("error: no CUDA device"), out
