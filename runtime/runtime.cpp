@@ -233,7 +233,7 @@ std::size_t memory_runtime::poll_locked() {
       ++i;
     }
   }
-  engine_.poll();
+  engine_.poll(now);
   return released;
 }
 

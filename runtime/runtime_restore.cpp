@@ -97,15 +97,17 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
         t.pinned = false;
         throw;
       }
-      if (!engine_.copy_done(t)) {
+      const bool late = !engine_.copy_done(t);
+      if (late) {
         ++stats_.stalls;
         ++stats_.late_copies;
         recorder_.on_stall();
-        notify_locked(runtime_event_kind::stall, &t, 0);
       }
       remove_in_flight(t);
       t.planned_away = false;
-      engine_.finish_prefetch(t, compute);
+      // Note [Late copies] in transfer_engine.hpp: a late copy's stall is
+      // reported once it is seen done.
+      engine_.finish_prefetch(t, compute, late ? requested : -1);
       t.prefetch_done_ns = -1;
       t.pinned = false;
       break;

@@ -145,10 +145,18 @@ void transfer_engine::start_prefetch(managed_tensor& t) {
 bool transfer_engine::copy_done(managed_tensor& t) { return dev_.query_event(t.copy_event); }
 
 
-void transfer_engine::finish_prefetch(managed_tensor& t, stream_id compute) {
+void transfer_engine::finish_prefetch(managed_tensor& t, stream_id compute, std::int64_t late_since_ns) {
   dev_.stream_wait_event(compute, t.copy_event);
   if (compute != t.stream) dev_.stream_wait_event(t.stream, t.copy_event);
   defer_host_free(t);
+  if (late_since_ns >= 0 && observer_ != nullptr) {  // Note [Late copies]
+    deferred_free& d = deferred_.back();
+    d.late_since_ns = late_since_ns;
+    d.stall.kind = runtime_event_kind::stall;
+    d.stall.tensor = t.id;
+    d.stall.address = reinterpret_cast<std::uintptr_t>(t.binding->device_ptr());
+    d.stall.stream = compute;
+  }
   t.state = tensor_state::resident;
   notify(runtime_event_kind::prefetch_end, t, prefetch_);
 }
@@ -202,10 +210,15 @@ void transfer_engine::emit(runtime_event_kind kind, const managed_tensor& t, str
   observer_->on_event(e);
 }
 
-void transfer_engine::poll() {
+void transfer_engine::poll(std::int64_t now_ns) {
   std::size_t kept = 0;
   for (std::size_t i = 0; i < deferred_.size(); ++i) {
     if (dev_.query_event(deferred_[i].event)) {
+      if (deferred_[i].late_since_ns >= 0 && observer_ != nullptr) {
+        runtime_event e = deferred_[i].stall;
+        e.detail = now_ns - deferred_[i].late_since_ns;
+        observer_->on_event(e);
+      }
       pool_.deallocate(deferred_[i].host);
       give_event(deferred_[i].event);
     } else {

@@ -37,6 +37,18 @@
 // can be taken back (cancel_prefetch): its device storage goes back
 // stream-ordered behind the copy, and the host copy stays valid.
 //
+// Note [Late copies]
+// A tensor used before its prefetch has arrived costs the device, not the
+// host: the compute stream waits on the copy's event and the host goes on
+// queueing. The wait is still a stall a timeline must show, but its length
+// is known only once the copy is done, and the device offers no clock for
+// it. So finish_prefetch, told when the tensor was asked for, keeps that
+// time with the copy's event (held until poll sees it complete, to free the
+// host block), and the poll that finds it complete sends the stall, with
+// the time from the request to that poll: an upper bound, as fine as the
+// program's calls into the runtime. runtime_stats::stall_ns stays the
+// host's time (recomputes).
+//
 // Waits for an event alone (stream_wait_event) capture the record current at
 // call time, so the scratch event of step (1) is reused at once.
 
@@ -102,8 +114,10 @@ class transfer_engine {
   /// Requires: t prefetching. Whether the copy has completed.
   bool copy_done(managed_tensor& t);
   /// Requires: t prefetching. Makes `compute` (and t's stream) wait on the
-  /// copy's event, without blocking the host; t is resident.
-  void finish_prefetch(managed_tensor& t, stream_id compute);
+  /// copy's event, without blocking the host; t is resident. late_since_ns
+  /// >= 0: the copy had not arrived when the tensor was asked for then, and
+  /// poll() reports the stall once it has (Note [Late copies]).
+  void finish_prefetch(managed_tensor& t, stream_id compute, std::int64_t late_since_ns = -1);
   /// Requires: t prefetching. Gives the new device storage back,
   /// stream-ordered behind the copy; t is on_host again (its host copy is
   /// still whole).
@@ -122,7 +136,9 @@ class transfer_engine {
   void discard(managed_tensor& t) noexcept;
 
   /// Frees host blocks whose copies have completed.
-  void poll();
+  /// now_ns: the runtime's clock, for the stalls of late copies (Note [Late
+  /// copies]).
+  void poll(std::int64_t now_ns);
   /// Host blocks still waiting on a copy.
   std::size_t deferred_host_frees() const { return deferred_.size(); }
 
@@ -138,6 +154,10 @@ class transfer_engine {
   struct deferred_free {
     event_id event;
     void* host;
+    // Note [Late copies]: a stall to report once `event` completes, when
+    // late_since_ns >= 0 (its detail is filled in then).
+    std::int64_t late_since_ns = -1;
+    runtime_event stall{};
   };
   event_id take_event();
   void give_event(event_id e) { free_events_.push_back(e); }
