@@ -38,9 +38,10 @@ constexpr std::array<config_key_info, 12> key_table = {{
      "copies)."},
     {"max_split_size", "size", "a size >= 20MiB, or none", "none",
      "Cached blocks larger than this are never split (as PyTorch's max_split_size_mb)."},
-    {"policy", "choice", "lru, dtr, capuchin, hybrid", "lru",
-     "Eviction policy: LRU, DTR's score, Capuchin's swap-or-recompute, or hybrid (the default, lru, "
-     "is the one the simulator's sweeps favour: bench/results/sim_dtr.md)."},
+    {"policy", "choice", "lru, dtr, capuchin, hybrid", "hybrid",
+     "Eviction policy: LRU, DTR's score, Capuchin's swap-or-recompute, or hybrid (the default: it plans "
+     "swaps and recomputes from the step before, and beats DTR's own simulator on DTR's logs: "
+     "bench/results/sim_dtr.md)."},
     {"timeline", "path", "a file path without ',' (empty: off)", "",
      "Record memory events and write them to this file at exit; its extension chooses the "
      "format: .json Perfetto, .pickle memory_viz, .html page, .txt report."},

@@ -237,12 +237,16 @@ bool simulated_device::copyable_range(const void* p, std::size_t bytes) {
 
 void simulated_device::wait_unused(std::unique_lock<std::mutex>& lock, const void* p,
                                    std::size_t bytes) {
+  bool waited = false;
   block_until(lock, [&]() -> std::optional<std::uintptr_t> {
     for (const auto& [id, s] : streams_)
       for (const op& o : s.ops)
         if (o.what == op::kind::copy &&
-            (overlaps(p, bytes, o.dst, o.bytes) || overlaps(p, bytes, o.src, o.bytes)))
+            (overlaps(p, bytes, o.dst, o.bytes) || overlaps(p, bytes, o.src, o.bytes))) {
+          if (!waited) ++host_syncs_;  // a free that waits is a host synchronisation
+          waited = true;
           return id;
+        }
     return std::nullopt;
   });
 }
@@ -294,7 +298,9 @@ void simulated_device::retire_ready() {
         const std::optional<std::int64_t> finish = head_finish(s);
         if (!finish || *finish > now) break;
         op& o = s.ops.front();
-        if (o.what == op::kind::copy && o.bytes != 0) std::memmove(o.dst, o.src, o.bytes);
+        if (o.what == op::kind::copy && o.bytes != 0 && opts_.copy_contents) {
+          std::memmove(o.dst, o.src, o.bytes);
+        }
         if (o.what == op::kind::record) {
           o.rec->retired = true;
           o.rec->finish_ns = *finish;
@@ -365,6 +371,7 @@ bool simulated_device::is_stream(stream_id stream) const {
 
 void simulated_device::synchronize(stream_id stream) {
   std::unique_lock lock(mu_);
+  ++host_syncs_;
   retire_ready();
   const std::uint64_t target = live_stream(stream).enqueued;
   const std::uintptr_t id = to_underlying(stream);
@@ -406,6 +413,7 @@ bool simulated_device::query_event(event_id event) {
 
 void simulated_device::synchronize_event(event_id event) {
   std::unique_lock lock(mu_);
+  ++host_syncs_;
   retire_ready();
   const std::shared_ptr<record> rec = live_event(event).latest;
   if (rec == nullptr) return;
@@ -475,6 +483,20 @@ std::size_t simulated_device::pending_ops(stream_id stream) {
 void simulated_device::poll() {
   std::lock_guard lock(mu_);
   retire_ready();
+}
+
+void simulated_device::enqueue_work(stream_id stream, std::int64_t duration_ns) {
+  if (duration_ns < 0)
+    throw invalid_argument(
+        fmt::format("simulated_device::enqueue_work: duration {} ns must be >= 0", duration_ns));
+  std::lock_guard lock(mu_);
+  retire_ready();
+  enqueue(live_stream(stream), op{.what = op::kind::work, .duration_ns = duration_ns});
+}
+
+std::uint64_t simulated_device::host_syncs() const {
+  std::lock_guard lock(mu_);
+  return host_syncs_;
 }
 
 }  // namespace tp

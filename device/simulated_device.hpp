@@ -7,7 +7,8 @@
 //
 // Note [Simulated stream model]
 // No worker threads. Each stream is a FIFO of ops: copy(dst, src, bytes),
-// record(event) and wait(event record). An op retires (a copy's memmove
+// record(event), wait(event record) and work(duration) (enqueue_work: a
+// kernel that moves nothing). An op retires (a copy's memmove
 // happens only then) when all earlier ops of its stream have retired, its
 // stream is not held (hold_stream), a wait op's awaited record has retired,
 // and its modelled finish time is <= clock.now_ns(). The finish time is
@@ -15,7 +16,7 @@
 //       time of the last release_stream, finish of the awaited record)
 //   + duration,
 // where duration = latency_ns + ceil(bytes * 1e9 / bandwidth) for copies (0
-// when bandwidth is 0) and 0 for records and waits. So a result depends only
+// when bandwidth is 0), the given one for work, and 0 for records and waits. So a result depends only
 // on the sequence of calls and clock readings, never on thread scheduling.
 // Progress (poll) runs at the start of every call that touches streams,
 // events or copies, repeatedly until nothing more can retire (a wait may
@@ -73,6 +74,10 @@ class simulated_device final : public device {
     double bandwidth_bytes_per_s = 0.0;
     /// Fixed cost of every copy, >= 0.
     std::int64_t latency_ns = 0;
+    /// Whether a retiring copy moves its bytes. false models the copy's
+    /// duration, events and ordering only (the trace simulator has sizes, not
+    /// values: Note [Copies without contents] in sim/contentless_device.hpp).
+    bool copy_contents = true;
   };
 
   /// Builds a device with default options. clk must outlive the device.
@@ -168,6 +173,20 @@ class simulated_device final : public device {
   std::size_t pending_ops(stream_id stream);
   /// Retires every op that can retire at clock.now_ns().
   void poll();
+  /// Enqueues on stream an op that moves nothing and takes duration_ns once
+  /// it starts: a kernel of known length. The trace simulator runs each
+  /// operator's recorded time this way, so device time and host time are
+  /// apart (Note [Simulated time] in sim/simulator.hpp). Throws
+  /// tp::invalid_argument for a negative duration or an unknown stream.
+  void enqueue_work(stream_id stream, std::int64_t duration_ns);
+  /// Host synchronisations so far: calls to synchronize and
+  /// synchronize_event (each one, whether or not it had to wait), and frees
+  /// or unmaps that had to wait for a pending copy. On CUDA every one of
+  /// them stops the host from queueing work ahead, so a steady state that
+  /// needs none is a property worth testing.
+  std::uint64_t host_syncs() const;
+  /// The options the device was built with.
+  const options& opts() const { return opts_; }
 
  private:
   static constexpr std::int64_t never_ns = std::numeric_limits<std::int64_t>::min();
@@ -178,7 +197,7 @@ class simulated_device final : public device {
     std::int64_t finish_ns = 0;  // valid once retired
   };
   struct op {
-    enum class kind { copy, record, wait } what = kind::copy;
+    enum class kind { copy, record, wait, work } what = kind::copy;
     void* dst = nullptr;
     const void* src = nullptr;
     std::size_t bytes = 0;
@@ -244,6 +263,7 @@ class simulated_device final : public device {
   std::map<std::uintptr_t, event_state> events_;
   std::uintptr_t next_stream_ = 1;
   std::uintptr_t next_event_ = 1;
+  std::uint64_t host_syncs_ = 0;
 };
 
 }  // namespace tp

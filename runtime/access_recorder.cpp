@@ -40,13 +40,17 @@ void access_recorder::push(step_event_kind kind, std::size_t ordinal, std::int64
   }
   current_.live_bytes.push_back(live_);
   current_.peak_live_bytes = std::max(current_.peak_live_bytes, live_);
-  if (kind != step_event_kind::untrack) current_.tensors[ordinal].uses_ns.push_back(t);
+  if (kind != step_event_kind::untrack) {
+    current_.tensors[ordinal].uses_ns.push_back(t);
+    current_.tensors[ordinal].uses.push_back(current_.events.size() - 1);
+  }
 }
 
 std::size_t access_recorder::on_track(std::size_t bytes, std::int64_t recompute_cost_ns,
-                                      bool evictable, std::int64_t now_ns) {
+                                      bool evictable, std::int64_t now_ns,
+                                      std::vector<std::size_t> parents) {
   const std::size_t ordinal = current_.tensors.size();
-  current_.tensors.push_back({bytes, recompute_cost_ns, evictable, {}});
+  current_.tensors.push_back({bytes, recompute_cost_ns, evictable, {}, {}, std::move(parents)});
   push(step_event_kind::track, ordinal, now_ns, static_cast<std::int64_t>(bytes));
   return ordinal;
 }
@@ -60,6 +64,14 @@ void access_recorder::on_untrack(std::size_t ordinal, std::int64_t now_ns) {
     push(step_event_kind::untrack, ordinal, now_ns,
          -static_cast<std::int64_t>(current_.tensors[ordinal].bytes));
   }
+}
+
+void access_recorder::on_pressure(std::size_t floor_bytes) {
+  current_.pressure_floor_bytes = std::max(current_.pressure_floor_bytes, floor_bytes);
+}
+
+void access_recorder::on_cost(std::size_t ordinal, std::int64_t recompute_cost_ns) {
+  if (ordinal < current_.tensors.size()) current_.tensors[ordinal].recompute_cost_ns = recompute_cost_ns;
 }
 
 void access_recorder::on_stall() { distance_ = std::min(opts_.max_distance, distance_ * 2); }

@@ -49,6 +49,8 @@ struct step_tensor {
   std::int64_t recompute_cost_ns = 0;
   bool evictable = true;
   std::vector<std::int64_t> uses_ns;  ///< track and accesses, since step start
+  std::vector<std::size_t> uses;      ///< the same, as event indices
+  std::vector<std::size_t> parents;   ///< ordinals it was computed from (track_options)
 };
 
 /// One recorded step. A value; immutable once the step ended.
@@ -58,6 +60,11 @@ struct step_record {
   std::vector<std::size_t> live_bytes;  ///< tracked bytes after each event
   std::size_t peak_live_bytes = 0;
   std::int64_t duration_ns = 0;
+  /// The most the device held besides resident tracked tensors when the
+  /// allocator asked for memory in this step (reserved - resident tracked
+  /// bytes at each reclaim): weights, gradients, temporaries and the cache's
+  /// fragments, as the planner must leave them room. 0: no reclaim.
+  std::size_t pressure_floor_bytes = 0;
 
   /// The first use of ordinal strictly after t_ns, if the step had one.
   std::optional<std::int64_t> next_use_after(std::size_t ordinal, std::int64_t t_ns) const;
@@ -83,7 +90,11 @@ class access_recorder {
   void begin_step(std::int64_t now_ns);
   /// Records a new tensor; returns its ordinal in this step.
   std::size_t on_track(std::size_t bytes, std::int64_t recompute_cost_ns, bool evictable,
-                       std::int64_t now_ns);
+                       std::int64_t now_ns, std::vector<std::size_t> parents = {});
+  /// A reclaim saw `floor_bytes` held besides resident tracked tensors.
+  void on_pressure(std::size_t floor_bytes);
+  /// The tensor's recompute cost changed (an in-place write).
+  void on_cost(std::size_t ordinal, std::int64_t recompute_cost_ns);
   void on_access(std::size_t ordinal, std::int64_t now_ns);
   void on_untrack(std::size_t ordinal, std::int64_t now_ns);
 

@@ -1,21 +1,29 @@
 #include "runtime/dtr_policy.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace tp {
 
 double dtr_policy::score(const managed_tensor& t, const policy_context& ctx) {
-  const double cost = static_cast<double>(
-      t.recomputable() ? t.recompute_cost_ns : 2 * ctx.bandwidth.transfer_ns(t.bytes));
+  if (!t.recomputable()) return std::numeric_limits<double>::infinity();
+  std::int64_t cost = t.recompute_cost_ns;
+  if (ctx.graph != nullptr) cost += ctx.graph->neighbourhood_cost(t.id);
   const double staleness = static_cast<double>(std::max<std::int64_t>(ctx.now_ns - t.last_access_ns, 0) + 1);
   const double bytes = static_cast<double>(std::max<std::size_t>(t.bytes, 1));
-  return cost / (bytes * staleness);
+  return static_cast<double>(cost) / (bytes * staleness);
 }
 
 std::optional<eviction_choice> dtr_policy::choose(const policy_context& ctx) {
   managed_tensor* v = detail::sample_min(ctx, k_, [&](const managed_tensor& t) { return score(t, ctx); });
+  if (v != nullptr && !v->recomputable()) {
+    v = nullptr;
+    for (std::size_t i = 0; i < ctx.candidates.size() && v == nullptr; ++i) {
+      if (ctx.candidates.at(i).recomputable()) v = &ctx.candidates.at(i);
+    }
+  }
   if (v == nullptr) return std::nullopt;
-  return eviction_choice{v, v->recomputable() ? eviction_action::drop : eviction_action::swap};
+  return eviction_choice{v, eviction_action::drop};
 }
 
 }  // namespace tp

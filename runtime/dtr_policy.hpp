@@ -1,9 +1,15 @@
 #pragma once
-// DTR (Kirisame et al., ICLR 2021): evict the candidate with the lowest
-// cost / (bytes x staleness), found among k sampled candidates
-// (Note [Cheap victim choice]). A recomputable tensor is dropped and its cost
-// is its recompute time; any other is swapped and its cost is the round trip
-// of the bandwidth model, so the same score ranks both.
+// DTR (Kirisame et al., ICLR 2021), as its authors' simulator runs it
+// (DTREqClass): recompute only. The victim is the recomputable candidate
+// with the lowest
+//     h(t) = (cost(t) + cost of t's evicted neighbourhood) / (bytes(t) x staleness(t))
+// where the neighbourhood is priced by equivalence classes (Note [Evicted
+// neighbourhood] in lineage.hpp) and staleness is the time since t's last
+// use. It is always a drop: a tensor that cannot be recomputed is never
+// chosen, and when no candidate can be recomputed DTR has nothing to evict.
+// Candidates are sampled (k, Note [Cheap victim choice]); when the sample
+// holds no recomputable tensor the candidates are scanned for one, which
+// happens only when nearly none is recomputable.
 
 #include <cstddef>
 
@@ -18,7 +24,8 @@ class dtr_policy final : public eviction_policy {
   policy_kind kind() const override { return policy_kind::dtr; }
   std::optional<eviction_choice> choose(const policy_context& ctx) override;
 
-  /// The score of t at ctx.now_ns (lower: evict first).
+  /// h(t) at ctx.now_ns (lower: evict first); +infinity when t cannot be
+  /// recomputed. Reads ctx.graph when there is one.
   static double score(const managed_tensor& t, const policy_context& ctx);
 
  private:

@@ -27,8 +27,10 @@
 
 #include "runtime/access_recorder.hpp"
 #include "runtime/candidate_set.hpp"
+#include "runtime/lineage.hpp"
 #include "runtime/managed_tensor.hpp"
 #include "runtime/policy_kind.hpp"
+#include "runtime/step_planner.hpp"
 
 namespace tp {
 
@@ -51,6 +53,8 @@ struct policy_context {
   /// [begin, end) of the previous victim's block in this reclaim, or 0s.
   std::uintptr_t last_victim_begin = 0;
   std::uintptr_t last_victim_end = 0;
+  /// The tensors' lineage (Note [Evicted neighbourhood]); nullptr: none.
+  lineage* graph = nullptr;
 };
 
 struct eviction_choice {
@@ -78,6 +82,10 @@ class eviction_policy {
   virtual std::optional<eviction_choice> choose(const policy_context& ctx) = 0;
   /// Called at each step boundary with the step just recorded.
   virtual void plan_step(const step_record& /*recorded*/, const planning_inputs& /*in*/) {}
+  /// The plan for the step now running, which the runtime carries out
+  /// (Note [Carrying out a plan] in runtime_plan.cpp); nullptr: none, the
+  /// runtime prefetches ahead and offloads proactively instead.
+  virtual const step_plan* plan() const { return nullptr; }
 };
 
 /// Builds the policy of that kind. sample_size is k for the sampling policies.

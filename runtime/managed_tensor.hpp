@@ -92,17 +92,24 @@ struct managed_tensor {
   /// Position in the step's track order, to match the recorded step
   /// (Note [Step matching] in access_recorder.hpp).
   std::size_t ordinal = 0;
-  std::uint64_t step = 0;  ///< the step (access_recorder::steps_completed) that tracked it
+  /// The step (access_recorder::steps_completed) that tracked it, or
+  /// `unrecorded` (Note [Replays are not recorded] in runtime.hpp).
+  std::uint64_t step = 0;
+  static constexpr std::uint64_t unrecorded = UINT64_MAX;
 
   // --- transfer bookkeeping (transfer_engine) --------------------------------
   host_block host{};         ///< valid in offloading, on_host, prefetching
   event_id copy_event{};     ///< the in-flight copy's event, when one exists
   bool has_copy_event = false;
   std::int64_t prefetch_done_ns = -1;  ///< when a proactive prefetch finished
+  bool planned_away = false;  ///< swapped by a step plan, which also brings it back
+  bool dropped_this_step = false;  ///< Note [Recompute limit] in runtime.hpp
+  std::int64_t committed_ns = 0;   ///< what its drop committed the step to (same Note)
 
   // --- candidate set bookkeeping (candidate_set) -----------------------------
   bool in_candidates = false;
   bool pinned = false;  ///< being restored: never a victim
+  std::uint32_t pins = 0;  ///< memory_runtime::pin() calls not yet unpinned: never a victim
   /// The thread recomputing it, with the runtime's lock released (Note
   /// [Recompute outside the lock] in runtime.hpp); default: none.
   std::thread::id recomputing_on{};

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
+
 #include "core/errors.hpp"
 #include "core/format_bytes.hpp"
 
@@ -13,7 +16,7 @@ memory_runtime::memory_runtime(device& dev, caching_allocator& alloc, pinned_hos
       alloc_(alloc),
       clock_(clk),
       opts_(std::move(opts)),
-      engine_(dev, host, opts_.offload_stream, opts_.prefetch_stream),
+      engine_(dev, alloc, host, opts_.offload_stream, opts_.prefetch_stream),
       recorder_(opts_.recorder),
       policy_(make_policy(opts_.policy, opts_.sample_size)),
       rng_(opts_.seed) {
@@ -37,7 +40,8 @@ managed_tensor& memory_runtime::find(tensor_id id) const {
 }
 
 tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, stream_id stream,
-                                std::int64_t recompute_cost_ns, bool evictable) {
+                                std::int64_t recompute_cost_ns, bool evictable,
+                                const track_options& more) {
   if (binding.device_ptr() == nullptr || bytes == 0) {
     throw invalid_argument(fmt::format(
         "tensorpager: track(): a tensor needs device storage and bytes > 0 (got {} bytes at {})",
@@ -53,19 +57,41 @@ tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, str
   t->last_access_ns = now;
   t->recompute_cost_ns = recompute_cost_ns > 0 ? recompute_cost_ns : 0;
   t->evictable = evictable;
-  t->step = recorder_.steps_completed();
-  t->ordinal = recorder_.on_track(bytes, t->recompute_cost_ns, evictable, now);
+  // Note [Replays are not recorded]
+  const bool recorded = !replaying_locked();
+  t->step = recorded ? recorder_.steps_completed() : managed_tensor::unrecorded;
+  if (recorded) {
+    std::vector<std::size_t> parent_ordinals;
+    for (tensor_id p : more.parents) {
+      const auto it = tensors_.find(to_underlying(p));
+      if (it != tensors_.end() && it->second->step == t->step) parent_ordinals.push_back(it->second->ordinal);
+    }
+    t->ordinal = recorder_.on_track(bytes, t->recompute_cost_ns, evictable, now, std::move(parent_ordinals));
+  } else {
+    t->ordinal = SIZE_MAX;
+  }
   managed_tensor& ref = *t;
   tensors_.emplace(to_underlying(ref.id), std::move(t));
-  by_ordinal_.push_back(ref.id);
+  if (recorded) by_ordinal_.push_back(ref.id);
+  lineage_.add(ref.id, ref.recompute_cost_ns, more.parents, more.revive);
   make_candidate(ref);
   poll_locked();
-  proactive_offload_locked();
+  if (recorded) after_event_locked(false);
   return ref.id;
 }
 
 void memory_runtime::make_candidate(managed_tensor& t) {
-  if (t.evictable && !t.pinned && t.state == tensor_state::resident) candidates_.add(t);
+  if (t.evictable && !t.pinned && t.pins == 0 && t.state == tensor_state::resident) candidates_.add(t);
+}
+
+void memory_runtime::remove_settling(managed_tensor& t) {
+  for (std::size_t i = 0; i < settling_.size(); ++i) {
+    if (settling_[i] == &t) {
+      settling_[i] = settling_.back();
+      settling_.pop_back();
+      return;
+    }
+  }
 }
 
 void memory_runtime::remove_in_flight(managed_tensor& t) {
@@ -78,110 +104,16 @@ void memory_runtime::remove_in_flight(managed_tensor& t) {
   }
 }
 
-void memory_runtime::access(tensor_id id) {
-  lock_type lock(mu_);
-  managed_tensor& t = find(id);
-  poll_locked();
-  ensure_resident_locked(t, t.stream, lock);
-  t.last_access_ns = clock_.now_ns();
-  ++t.access_count;
-  candidates_.touch(t);
-  if (t.step == recorder_.steps_completed()) recorder_.on_access(t.ordinal, t.last_access_ns);
-  prefetch_ahead_locked();
-}
-
-void memory_runtime::ensure_resident(tensor_id id, stream_id compute) {
-  lock_type lock(mu_);
-  managed_tensor& t = find(id);
-  poll_locked();
-  ensure_resident_locked(t, compute, lock);
-}
-
-void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute, lock_type& lock) {
-  // Note [Recompute outside the lock]: another thread may be recomputing it.
-  while (t.recomputing_on != std::thread::id{}) {
-    if (t.recomputing_on == std::this_thread::get_id()) {
-      throw error(fmt::format("tensorpager: recomputing tensor {} needs tensor {} itself (a replay that reads "
-                              "its own output)",
-                              to_underlying(t.id), to_underlying(t.id)));
-    }
-    recomputed_.wait(lock);
+void memory_runtime::after_event_locked(bool is_access) {
+  if (const step_plan* plan = active_plan_locked()) {
+    carry_out_plan_locked(*plan);
+    // What a reclaim swapped against the plan comes back the usual way.
+    if (is_access) prefetch_ahead_locked();
+  } else if (is_access) {
+    prefetch_ahead_locked();
+  } else {
+    proactive_offload_locked();
   }
-  const std::int64_t requested = clock_.now_ns();
-  switch (t.state) {
-    case tensor_state::resident:
-      return;
-    case tensor_state::offloading:
-      // The device storage was never released: keep it, drop the host copy.
-      remove_in_flight(t);
-      engine_.cancel_offload(t);
-      ++stats_.cancelled_offloads;
-      break;
-    case tensor_state::on_host:
-    case tensor_state::prefetching: {
-      t.pinned = true;
-      try {
-        if (t.state == tensor_state::on_host) {
-          engine_.start_prefetch(t);  // may re-enter reclaim(); Note [Runtime locking]
-          in_flight_.push_back(&t);
-        } else if (engine_.copy_done(t)) {
-          const std::int64_t done = t.prefetch_done_ns >= 0 ? t.prefetch_done_ns : requested;
-          recorder_.on_prefetch_idle(requested - done);
-        }
-      } catch (...) {
-        t.pinned = false;
-        throw;
-      }
-      if (!engine_.copy_done(t)) {
-        engine_.wait_copy(t);
-        ++stats_.stalls;
-        stats_.stall_ns += clock_.now_ns() - requested;
-        recorder_.on_stall();
-        notify_locked(runtime_event_kind::stall, &t, clock_.now_ns() - requested);
-      }
-      remove_in_flight(t);
-      engine_.finish_prefetch(t, compute);
-      t.prefetch_done_ns = -1;
-      t.pinned = false;
-      break;
-    }
-    case tensor_state::dropped: {
-      recompute_unlocked(t, lock);
-      t.state = tensor_state::resident;
-      ++stats_.recomputes;
-      ++stats_.stalls;
-      stats_.stall_ns += clock_.now_ns() - requested;
-      notify_locked(runtime_event_kind::stall, &t, clock_.now_ns() - requested);
-      break;
-    }
-  }
-  make_candidate(t);
-}
-
-void memory_runtime::recompute_unlocked(managed_tensor& t, lock_type& lock) {
-  t.pinned = true;
-  t.recomputing_on = std::this_thread::get_id();
-  notify_locked(runtime_event_kind::recompute_begin, &t, 0);
-  const auto finish = [&](bool failed) {
-    t.pinned = false;
-    t.recomputing_on = {};
-    notify_locked(runtime_event_kind::recompute_end, &t, failed ? 1 : 0);  // every begin has its end
-    recomputed_.notify_all();
-  };
-  lock.unlock();  // Note [Recompute outside the lock]
-  try {
-    t.binding->recompute();
-  } catch (...) {
-    lock.lock();
-    finish(true);
-    throw;
-  }
-  lock.lock();
-  if (t.binding->device_ptr() == nullptr) {
-    finish(true);
-    throw error(fmt::format("tensorpager: recompute() of tensor {} left it without storage", to_underlying(t.id)));
-  }
-  finish(false);
 }
 
 bool memory_runtime::offload(tensor_id id) {
@@ -199,7 +131,10 @@ bool memory_runtime::offload(tensor_id id) {
 
 void memory_runtime::set_recompute_cost(tensor_id id, std::int64_t recompute_cost_ns) {
   lock_type lock(mu_);
-  find(id).recompute_cost_ns = recompute_cost_ns > 0 ? recompute_cost_ns : 0;
+  managed_tensor& t = find(id);
+  t.recompute_cost_ns = recompute_cost_ns > 0 ? recompute_cost_ns : 0;
+  lineage_.set_cost(id, t.recompute_cost_ns);
+  if (t.step == recorder_.steps_completed()) recorder_.on_cost(t.ordinal, t.recompute_cost_ns);
 }
 
 void memory_runtime::untrack(tensor_id id) {
@@ -207,14 +142,28 @@ void memory_runtime::untrack(tensor_id id) {
   managed_tensor& t = find(id);
   candidates_.remove(t);
   remove_in_flight(t);
+  remove_settling(t);
   engine_.discard(t);
-  if (t.step == recorder_.steps_completed()) recorder_.on_untrack(t.ordinal, clock_.now_ns());
+  lineage_.untracked(id);
+  const bool recorded = t.step == recorder_.steps_completed();
+  if (recorded) recorder_.on_untrack(t.ordinal, clock_.now_ns());
   tensors_.erase(to_underlying(id));
+  if (recorded) {
+    if (const step_plan* plan = active_plan_locked()) carry_out_plan_locked(*plan);
+  }
 }
 
 void memory_runtime::step() {
   lock_type lock(mu_);
   poll_locked();
+  {
+    // Note [Recompute limit]: what the step just ended computed for itself.
+    const std::int64_t duration = recorder_.step_time(clock_.now_ns());
+    prev_step_compute_ns_ = std::max<std::int64_t>(duration - step_recompute_ns_, 0);
+    step_recompute_ns_ = 0;
+    committed_recompute_ns_ = 0;
+    for (auto& [id, t] : tensors_) t->dropped_this_step = false;
+  }
   recorder_.begin_step(clock_.now_ns());
   by_ordinal_.clear();
   ++stats_.steps;
@@ -223,7 +172,9 @@ void memory_runtime::step() {
   proactive_armed_ = pressure != pressure_mark_;
   pressure_mark_ = pressure;
   notify_locked(runtime_event_kind::step, nullptr, static_cast<std::int64_t>(stats_.steps) - 1);
+  lineage_.prune();
   plan_locked();
+  reset_plan_locked();
   publish_summary_locked();
 }
 
@@ -233,9 +184,24 @@ void memory_runtime::plan_locked() {
   planning_inputs in;
   in.budget_bytes = alloc_.budget();
   in.bandwidth = opts_.bandwidth;
-  const auto reserved = static_cast<std::size_t>(alloc_.stats().reserved_bytes.all().peak);
-  in.unmanaged_bytes = reserved > prev->peak_live_bytes ? reserved - prev->peak_live_bytes : 0;
+  // Note [Step plan]: the floor is what the device held besides resident
+  // tracked tensors under pressure, the largest seen so far (a step the plan
+  // kept from pressure records none); before any pressure, the peak reserved
+  // beyond the tracked peak.
+  floor_estimate_ = std::max(floor_estimate_, prev->pressure_floor_bytes);
+  if (floor_estimate_ > 0) {
+    in.unmanaged_bytes = floor_estimate_;
+  } else {
+    const auto reserved = static_cast<std::size_t>(alloc_.stats().reserved_bytes.all().peak);
+    in.unmanaged_bytes = reserved > prev->peak_live_bytes ? reserved - prev->peak_live_bytes : 0;
+  }
+  // Planning is policy bookkeeping too (Note [Cheap victim choice]): wall time.
+  const auto t0 = std::chrono::steady_clock::now();
   policy_->plan_step(*prev, in);
+  const std::int64_t spent =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  stats_.policy_ns += spent;
+  stats_.plan_ns += spent;
 }
 
 void memory_runtime::poll() {
@@ -259,7 +225,15 @@ std::size_t memory_runtime::poll_locked() {
     }
     ++i;
   }
-  engine_.poll();
+  for (std::size_t i = 0; i < settling_.size();) {
+    if (engine_.settle(*settling_[i])) {
+      settling_[i] = settling_.back();
+      settling_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  engine_.poll(now);
   return released;
 }
 
@@ -277,6 +251,12 @@ void memory_runtime::set_policy(policy_kind kind) {
   lock_type lock(mu_);
   policy_ = make_policy(kind, opts_.sample_size);
   plan_locked();
+  reset_plan_locked();
+}
+
+std::size_t memory_runtime::recorded_events() const {
+  lock_type lock(mu_);
+  return recorder_.position();
 }
 
 std::size_t memory_runtime::prefetch_distance() const {
@@ -296,6 +276,7 @@ runtime_stats memory_runtime::stats_locked() const {
   s.prefetched_bytes = e.prefetched_bytes;
   s.offloads = e.offloads;
   s.prefetches = e.prefetches;
+  s.cancelled_prefetches = e.cancelled_prefetches;
   s.tracked = tensors_.size();
   for (const auto& [id, t] : tensors_) {
     switch (t->state) {

@@ -19,6 +19,56 @@
 // threads that touch the runtime wait too, which keeps the state simple; the
 // copy itself needs no runtime call to finish.
 //
+// Note [Recompute limit]
+// No policy may recompute more than the step's own compute (issue 16: DTR's
+// heuristic recomputed 12-19x the step on ResNet-32 at ratios where
+// swapping fitted at 1.3x). The runtime counts, in the current step, the
+// host time spent in recomputes (chains included) plus the recompute costs
+// of the tensors dropped in this step and not yet recomputed, each with its
+// evicted parents' (what those drops commit the step to; lineage::
+// evicted_parents_cost). Once that passes 40% of the previous step's time
+// outside recomputes (the first step, whose compute is not known yet, has no
+// limit), a policy's drop becomes a swap for the rest of the step: the
+// victim is copied out instead, and one that cannot be swapped (the host
+// pool is full) is dropped as before. What is already committed, and the
+// chains deeper than a parent that it will need, still come on top: 40%
+// keeps the total under the step's compute on DTR's logs, where 90% let it
+// reach 1.26x (ResNet-32 at 0.2 of its peak, DTR's heuristic at its cliff),
+// and it leaves DTR's figures at the reference's ratios as they were down to
+// 0.3 (bench/results/sim_dtr.md). Recomputing less than that never meets
+// the limit.
+//
+// Note [Replays are not recorded]
+// A recompute replays part of the step: it accesses (and, in the trace
+// simulator, re-creates and tracks) tensors that the step itself accesses at
+// other points. What a step does then depends on the evictions made in it,
+// and the n-th event, or the n-th tensor tracked, would name different
+// things from one step to the next (Note [Step matching]), so a plan made
+// from one step would act on the wrong tensors in the next. Tracks and
+// accesses made inside storage_binding::recompute() are therefore not
+// recorded: the recorded step is the program's own sequence, the same in
+// every step, whatever was evicted. A tensor tracked inside a replay has no
+// ordinal and is planned for by nobody; policies still evict it.
+//
+// Note [Replays run beside other threads]
+// Because a recompute runs without the runtime's lock (Note [Recompute
+// outside the lock]), "inside a replay" is a property of a thread, not of
+// the runtime: while one thread replays, another may track, access, untrack
+// or end the step, and its events are the program's own and are recorded.
+// So replaying_ lists the threads with a recompute in progress (one entry
+// per nested recompute) and replaying_locked() asks about the calling
+// thread only; a runtime-wide counter would have dropped the other threads'
+// events from the recorded step and made the plans of the next step name
+// the wrong tensors. The interplay with the rest of issue 16's machinery:
+//  - the tensor being recomputed is pinned (not a candidate): a plan carried
+//    out by another thread's event finds it not resident and passes over it;
+//    no reclaim, proactive offload or plan touches it until it is back;
+//  - Note [Recompute limit] counts the host time of a thread's outermost
+//    recompute only (nested ones are inside it); time another thread spends
+//    meanwhile is not counted as recompute;
+//  - lineage (lineage::restored) and the committed cost are updated after
+//    the lock is taken again, so they see the tensor's state as it is then.
+//
 // Note [Recompute outside the lock]
 // recompute() is the one binding call made without the runtime's lock: it
 // runs the glue's replay, which in torch is Python, and so takes Python's
@@ -29,8 +79,9 @@
 // the call, and taken again after it; a replay that accesses other tensors
 // takes it afresh. Another thread that needs the same tensor meanwhile
 // waits (recomputed_) until the recompute has finished or failed. The lock
-// is held once when a recompute starts (access() and ensure_resident() are
-// its only callers; reclaim() never recomputes), so releasing it once
+// is held once when a recompute starts (access(), pin() and
+// ensure_resident() are its only callers, each through ensure_resident_locked
+// with its own lock; reclaim() never recomputes), so releasing it once
 // releases it.
 //
 // Note [Prefetch never evicts]
@@ -48,8 +99,10 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -60,6 +113,7 @@
 #include "runtime/access_recorder.hpp"
 #include "runtime/candidate_set.hpp"
 #include "runtime/eviction_policy.hpp"
+#include "runtime/lineage.hpp"
 #include "runtime/managed_tensor.hpp"
 #include "runtime/runtime_observer.hpp"
 #include "runtime/runtime_stats.hpp"
@@ -82,6 +136,17 @@ struct memory_runtime_options {
   /// Receives one-time notices (host pool full, ...). None: they are dropped.
   std::function<void(std::string_view)> log;
   std::uint64_t seed = 0x7470'7061'6765'72ULL;  ///< sampling
+};
+
+/// What track() may learn about a tensor beyond its storage.
+struct track_options {
+  /// Tracked tensors it was computed from (Note [Evicted neighbourhood] in
+  /// lineage.hpp): DTR prices a drop by the evicted tensors a replay would
+  /// also need. Empty: the tensor's own cost only.
+  std::span<const tensor_id> parents{};
+  /// An untracked tensor that this one re-creates: it takes over that
+  /// tensor's place in the lineage (its parents and children).
+  std::optional<tensor_id> revive{};
 };
 
 /// The runtime over one device.
@@ -108,10 +173,17 @@ class memory_runtime final : public reclaimer {
   /// holds `bytes` used on `stream`. recompute_cost_ns > 0 makes it droppable;
   /// evictable == false keeps it resident (parameters, tensors the user holds).
   tensor_id track(storage_binding& binding, std::size_t bytes, stream_id stream,
-                  std::int64_t recompute_cost_ns, bool evictable = true);
+                  std::int64_t recompute_cost_ns, bool evictable = true,
+                  const track_options& more = {});
   /// A use of the tensor on its stream: makes it resident (ensure_resident),
   /// records the access, prefetches ahead.
   void access(tensor_id id);
+  /// access(), and keeps the tensor resident (no victim) until the matching
+  /// unpin(): an operator's inputs while it runs, as DTR locks them. Pins
+  /// nest. Throws as ensure_resident (then nothing is pinned).
+  void pin(tensor_id id);
+  /// Ends one pin(); the tensor is a candidate again when none is left.
+  void unpin(tensor_id id);
   /// Makes the tensor usable on `compute`: resident nothing; offloading taken
   /// back without a round trip; on_host copied back now and `compute` waits on
   /// the copy's event (a stall); prefetching `compute` waits on the event;
@@ -150,6 +222,11 @@ class memory_runtime final : public reclaimer {
   void set_policy(policy_kind kind);
   const eviction_policy& policy_object() const { return *policy_; }
   std::size_t prefetch_distance() const;
+  /// Events recorded so far in the step in progress: the program's tracks,
+  /// accesses and untracks, from every thread, none made inside a replay
+  /// (Note [Replays run beside other threads]). For tests and tools.
+  /// Thread-safe.
+  std::size_t recorded_events() const;
   /// Throws tp::error describing the first broken invariant. O(tracked).
   void check_invariants() const;
 
@@ -168,8 +245,17 @@ class memory_runtime final : public reclaimer {
   // Requires: `lock` holds mu_ exactly once (Note [Recompute outside the lock]).
   void ensure_resident_locked(managed_tensor& t, stream_id compute, lock_type& lock);
   void recompute_unlocked(managed_tensor& t, lock_type& lock);
+  // access() with mu_ held once by `lock` (pin() uses it too).
+  void access_locked(managed_tensor& t, lock_type& lock);
+  // Whether the calling thread is inside a recompute() (Note [Replays run
+  // beside other threads]).
+  bool replaying_locked() const;
   void make_candidate(managed_tensor& t);
   void remove_in_flight(managed_tensor& t);
+  void remove_settling(managed_tensor& t);
+  // Moves an offloading tensor to on_host at once, stream-ordered
+  // (Note [Offload ordering]); returns its bytes.
+  std::size_t release_offloading_locked(managed_tensor& t);
   std::optional<eviction_choice> choose_locked(std::size_t bytes_needed, std::uintptr_t begin,
                                                std::uintptr_t end);
   // Evicts one victim; returns bytes released now (drops) via `freed`, or
@@ -179,6 +265,17 @@ class memory_runtime final : public reclaimer {
   void drop_locked(managed_tensor& t);
   void prefetch_ahead_locked();
   void proactive_offload_locked();
+  // A speculative prefetch (Note [Prefetch never evicts]); false when it
+  // found no memory.
+  bool try_prefetch_locked(managed_tensor& t);
+  // Note [Carrying out a plan] (runtime_plan.cpp).
+  const step_plan* active_plan_locked() const;
+  managed_tensor* planned_tensor_locked(std::size_t ordinal);
+  void carry_out_plan_locked(const step_plan& plan);
+  void reset_plan_locked();
+  // After each recorded event: the plan, or prefetch ahead and proactive
+  // offload when there is none.
+  void after_event_locked(bool is_access);
   void plan_locked();
   void notice_once(bool& said, std::string_view what);
   runtime_stats stats_locked() const;
@@ -195,16 +292,35 @@ class memory_runtime final : public reclaimer {
   access_recorder recorder_;
   std::unique_ptr<eviction_policy> policy_;
   candidate_set candidates_;
+  lineage lineage_;
   std::unordered_map<std::uint64_t, std::unique_ptr<managed_tensor>> tensors_;
   std::vector<tensor_id> by_ordinal_;        // this step's tensors, by ordinal
   std::vector<managed_tensor*> in_flight_;   // offloading or prefetching
+  std::vector<managed_tensor*> settling_;    // on_host with a copy still running
   std::mt19937_64 rng_;
   std::uint64_t next_id_ = 1;
   bool speculative_ = false;  // Note [Prefetch never evicts]
+  // Note [Replays run beside other threads]: one entry per recompute() in
+  // progress, naming its thread.
+  std::vector<std::thread::id> replaying_;
   // Note [Proactive offload under pressure]
   bool proactive_armed_ = false;
   std::uint64_t pressure_mark_ = 0;  // reclaims + proactive offloads when this step began
   bool said_host_full_ = false;
+  // Note [Recompute limit]
+  std::int64_t step_recompute_ns_ = 0;       // host time in recomputes this step
+  std::int64_t committed_recompute_ns_ = 0;  // costs of this step's drops not yet recomputed
+  std::int64_t prev_step_compute_ns_ = -1;  // the last step's time without its recomputes
+  bool recompute_over_limit_locked() const;
+  // Note [Carrying out a plan]
+  std::size_t plan_next_leave_ = 0;
+  std::size_t plan_next_prefetch_ = 0;
+  std::vector<std::size_t> plan_leaves_due_;
+  std::vector<std::size_t> plan_prefetches_due_;
+  std::size_t floor_estimate_ = 0;  // Note [Step plan]: the largest pressure floor seen
+  // Note [Reclaim rounds]
+  std::int64_t reclaim_retries_ = -1;
+  std::uint64_t reclaim_round_ = 0;
   std::size_t reclaim_held_ = 0;  // this reclaim's victims held elsewhere
   std::size_t reclaim_kept_ = 0;  // this reclaim's victims neither swappable nor droppable
   runtime_observer* observer_ = nullptr;

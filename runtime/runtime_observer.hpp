@@ -18,8 +18,13 @@
 //   prefetch_end     the tensor is resident again (or was untracked in
 //                    flight: detail 1)
 //   recompute_begin  / recompute_end around storage_binding::recompute()
-//   stall            ensure_resident waited: for a copy or a recompute;
-//                    detail is the wait in ns of the runtime's clock
+//   stall            ensure_resident recomputed the tensor (detail: the
+//                    host time the recompute took, on the runtime's clock),
+//                    or found its copy not yet arrived: the compute stream
+//                    waits for it, the host does not, and the event comes
+//                    once a later poll sees the copy done, with detail the
+//                    time from the access to that poll (Note [Late copies]
+//                    in runtime.hpp)
 //   step             memory_runtime::step(); detail is the step's index
 // Every begin has its end (recompute_end has detail 1 when recompute()
 // threw). address is the device block the event concerns (0 where there is

@@ -22,10 +22,15 @@ std::optional<eviction_choice> memory_runtime::choose_locked(std::size_t bytes_n
                            opts_.bandwidth,
                            rng_,
                            begin,
-                           end};
+                           end,
+                           &lineage_};
   // Policy cost is CPU time, so it is read from the wall clock, not clock_.
   const auto t0 = std::chrono::steady_clock::now();
   auto choice = policy_->choose(ctx);
+  if (choice && choice->action == eviction_action::drop && recompute_over_limit_locked()) {
+    choice->action = eviction_action::swap;  // Note [Recompute limit]
+    ++stats_.recompute_limited;
+  }
   stats_.policy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::steady_clock::now() - t0)
                           .count();
@@ -33,11 +38,24 @@ std::optional<eviction_choice> memory_runtime::choose_locked(std::size_t bytes_n
   return choice;
 }
 
+bool memory_runtime::recompute_over_limit_locked() const {
+  if (prev_step_compute_ns_ < 0) return false;  // the first step: its compute is not known yet
+  const std::int64_t own = prev_step_compute_ns_;
+  // 40%: Note [Recompute limit].
+  return step_recompute_ns_ + committed_recompute_ns_ > own / 10 * 4;
+}
+
 void memory_runtime::drop_locked(managed_tensor& t) {
   candidates_.remove(t);
   notify_locked(runtime_event_kind::eviction, &t, 1);  // before release: the block's address
   t.binding->release_device();
   t.state = tensor_state::dropped;
+  // Note [Recompute limit]: the drop commits its recompute, and that of the
+  // parents its replay will need.
+  t.committed_ns = t.recompute_cost_ns + lineage_.evicted_parents_cost(t.id);
+  committed_recompute_ns_ += t.committed_ns;
+  t.dropped_this_step = true;
+  lineage_.evicted(t.id);
   ++stats_.drops;
 }
 
@@ -80,25 +98,56 @@ bool memory_runtime::evict_locked(const eviction_choice& c, std::size_t& freed,
   return false;  // stays resident; the caller re-adds it after this reclaim
 }
 
+// Note [Reclaim rounds]
+// The allocator asks for the bytes it lacks, and asks again (up to
+// caching_allocator::max_reclaim_rounds) while the request still fails and
+// the runtime still frees something: bytes freed inside segments that stay
+// partly in use need not make a block of the size requested. Each further
+// round of the same allocation (the allocator's num_alloc_retries has not
+// moved) therefore frees twice what the previous one asked for, so that
+// within the rounds the allocator allows, everything evictable can go and
+// whole segments empty. Before, every round freed only the shortfall again:
+// one request of 10 MiB failed after 53 MiB were freed while 4.5 GiB stayed
+// evictable, and a policy could fit at a budget but not at a larger one.
 std::size_t memory_runtime::reclaim(std::size_t bytes, stream_id /*stream*/) {
   lock_type lock(mu_);
   if (speculative_) return 0;  // Note [Prefetch never evicts]
   ++stats_.reclaims;
   proactive_armed_ = true;  // Note [Proactive offload under pressure]
+  const allocator_stats astats = alloc_.stats();
+  const std::int64_t retries = astats.num_alloc_retries;
+  {
+    // Note [Step plan]: what the device holds besides resident tracked tensors.
+    std::size_t resident = 0;
+    for (const auto& [id, t] : tensors_) {
+      if (t->state != tensor_state::on_host && t->state != tensor_state::dropped) resident += t->bytes;
+    }
+    const auto held = static_cast<std::size_t>(astats.reserved_bytes.all().current);
+    recorder_.on_pressure(held > resident ? held - resident : 0);
+  }
+  // Note [Why a reclaim fell short] reports against the allocator's request,
+  // not the doubled target of a later round.
+  const std::size_t asked = bytes;
+  reclaim_round_ = retries == reclaim_retries_ ? reclaim_round_ + 1 : 0;
+  reclaim_retries_ = retries;
+  if (reclaim_round_ > 0) {
+    const int shift = static_cast<int>(std::min<std::uint64_t>(reclaim_round_, 40));
+    bytes = bytes > (SIZE_MAX >> shift) ? SIZE_MAX : bytes << shift;
+  }
   reclaim_held_ = 0;
   reclaim_kept_ = 0;
   std::size_t freed = poll_locked();
-  // Offloads already in flight free their storage soonest.
+  // Offloads already in flight free their storage soonest: released now,
+  // stream-ordered behind their copies (Note [Offload ordering]).
   for (std::size_t i = 0; i < in_flight_.size() && freed < bytes;) {
     managed_tensor& t = *in_flight_[i];
     if (t.state != tensor_state::offloading) {
       ++i;
       continue;
     }
-    engine_.wait_offload(t);
-    freed += t.bytes;
     in_flight_[i] = in_flight_.back();
     in_flight_.pop_back();
+    freed += release_offloading_locked(t);
   }
   std::vector<managed_tensor*> started;
   std::vector<managed_tensor*> kept;
@@ -118,22 +167,43 @@ std::size_t memory_runtime::reclaim(std::size_t bytes, stream_id /*stream*/) {
     }
     if (started.size() > before) pending += t.bytes;
   }
-  // Start every copy first, then wait: the copies overlap one another.
+  // Every copy started, each device block goes back behind its own copy;
+  // the allocator waits for them only if it needs them before they finish.
   for (managed_tensor* t : started) {
     if (t->state != tensor_state::offloading) continue;
-    engine_.wait_offload(*t);
     remove_in_flight(*t);
-    freed += t->bytes;
+    freed += release_offloading_locked(*t);
+  }
+  // Last, prefetches nobody has used yet: their host copies stay whole.
+  for (std::size_t i = 0; i < in_flight_.size() && freed < bytes;) {
+    managed_tensor& t = *in_flight_[i];
+    if (t.state != tensor_state::prefetching || t.pinned || t.pins != 0) {
+      ++i;
+      continue;
+    }
+    in_flight_[i] = in_flight_.back();
+    in_flight_.pop_back();
+    engine_.cancel_prefetch(t);
+    t.prefetch_done_ns = -1;
+    t.planned_away = false;  // its planned prefetch is spent: prefetch ahead brings it back
+    if (t.has_copy_event) settling_.push_back(&t);
+    freed += t.bytes;
   }
   for (managed_tensor* t : kept) make_candidate(*t);
   stats_.reclaimed_bytes += freed;
   // Note [Why a reclaim fell short]
-  last_reclaim_asked_.store(bytes, std::memory_order_relaxed);
+  last_reclaim_asked_.store(asked, std::memory_order_relaxed);
   last_reclaim_freed_.store(freed, std::memory_order_relaxed);
   last_reclaim_held_.store(reclaim_held_, std::memory_order_relaxed);
   last_reclaim_kept_.store(reclaim_kept_, std::memory_order_relaxed);
   publish_summary_locked();
   return freed;
+}
+
+std::size_t memory_runtime::release_offloading_locked(managed_tensor& t) {
+  engine_.release_offloading(t);
+  if (t.has_copy_event) settling_.push_back(&t);
+  return t.bytes;
 }
 
 void memory_runtime::prefetch_ahead_locked() {
@@ -147,22 +217,32 @@ void memory_runtime::prefetch_ahead_locked() {
     const auto it = tensors_.find(to_underlying(by_ordinal_[e.ordinal]));
     if (it == tensors_.end()) continue;
     managed_tensor& t = *it->second;
-    if (t.state != tensor_state::on_host || !prev->matches(t.ordinal, t.bytes)) continue;
-    speculative_ = true;
-    t.pinned = true;
-    try {
-      engine_.start_prefetch(t);
-      in_flight_.push_back(&t);
-    } catch (const out_of_memory&) {
-      // No room without evicting: the access will restore it.
-    } catch (...) {
-      speculative_ = false;
-      t.pinned = false;
-      throw;
-    }
+    if (t.state != tensor_state::on_host || t.planned_away || !prev->matches(t.ordinal, t.bytes)) continue;
+    try_prefetch_locked(t);
+  }
+}
+
+bool memory_runtime::try_prefetch_locked(managed_tensor& t) {
+  speculative_ = true;
+  t.pinned = true;
+  bool started = false;
+  try {
+    remove_settling(t);
+    engine_.start_prefetch(t);
+    in_flight_.push_back(&t);
+    started = true;
+  } catch (const out_of_memory&) {
+    // No room without evicting: the access (or a later try) will restore it.
+    if (t.has_copy_event) settling_.push_back(&t);
+  } catch (...) {
+    if (t.has_copy_event) settling_.push_back(&t);
     speculative_ = false;
     t.pinned = false;
+    throw;
   }
+  speculative_ = false;
+  t.pinned = false;
+  return started;
 }
 
 // Note [Proactive offload under pressure]
@@ -205,7 +285,11 @@ void memory_runtime::proactive_offload_locked() {
   std::vector<managed_tensor*> kept;
   while (started_bytes < want) {
     const auto choice = choose_locked(want - started_bytes, 0, 0);
-    if (!choice) break;
+    // Ahead of time only copies start; a drop waits for the reclaim that
+    // needs it (a policy that would drop its best victim, as DTR always
+    // does, starts no copy: it was copies started here that kept `dtr` from
+    // ever recomputing under the runtime's defaults).
+    if (!choice || choice->action != eviction_action::swap) break;
     managed_tensor& t = *choice->victim;
     candidates_.remove(t);
     if (!t.binding->can_release()) {
@@ -213,7 +297,6 @@ void memory_runtime::proactive_offload_locked() {
       kept.push_back(&t);
       continue;
     }
-    // Ahead of time only copies start; drops wait for the reclaim that needs them.
     if (!engine_.start_offload(t)) {
       kept.push_back(&t);
       break;
@@ -240,7 +323,7 @@ void memory_runtime::check_invariants() const {
     switch (t.state) {
       case tensor_state::resident:
         if (!has_device) fail(t, "resident without device storage");
-        if (t.in_candidates != t.evictable) fail(t, "candidate flag disagrees with evictable");
+        if (t.in_candidates != (t.evictable && t.pins == 0)) fail(t, "candidate flag disagrees with evictable");
         break;
       case tensor_state::offloading:
       case tensor_state::prefetching:

@@ -14,16 +14,24 @@ struct runtime_stats {
   std::uint64_t offloads = 0;        ///< offloads started
   std::uint64_t prefetches = 0;
   std::uint64_t cancelled_offloads = 0;  ///< needed again while offloading
-  std::uint64_t proactive_offloads = 0;  ///< started ahead of a predicted peak
+  std::uint64_t proactive_offloads = 0;  ///< started ahead of a predicted peak or by a plan
+  std::uint64_t planned_evictions = 0;   ///< swaps and drops a step plan started
   std::uint64_t drops = 0;
   std::uint64_t recomputes = 0;
   std::uint64_t evictions = 0;  ///< victims chosen by the policy (swap or drop)
   std::uint64_t host_fallbacks = 0;  ///< swaps refused by the host pool
   std::uint64_t shared_skips = 0;    ///< victims skipped: storage held elsewhere (can_release)
+  std::uint64_t recompute_limited = 0;  ///< drops turned into swaps: Note [Recompute limit]
   // --- what it cost -------------------------------------------------------
-  std::uint64_t stalls = 0;      ///< accesses that waited for a copy or a recompute
-  std::int64_t stall_ns = 0;     ///< on the runtime's clock
-  std::int64_t policy_ns = 0;    ///< wall time spent in eviction_policy::choose
+  /// Accesses that found their copy not yet arrived, or that recomputed.
+  std::uint64_t stalls = 0;
+  /// Of those, copies not arrived when the host asked: the compute stream
+  /// waits for them, the host does not (Note [Prefetch ordering]).
+  std::uint64_t late_copies = 0;
+  std::uint64_t cancelled_prefetches = 0;  ///< prefetches taken back unused by a reclaim
+  std::int64_t stall_ns = 0;     ///< host time on the runtime's clock (recomputes)
+  std::int64_t policy_ns = 0;    ///< wall time in eviction_policy::choose and plan_step
+  std::int64_t plan_ns = 0;      ///< of which plan_step (once per step)
   std::uint64_t policy_calls = 0;
   std::uint64_t reclaims = 0;
   std::size_t reclaimed_bytes = 0;

@@ -7,10 +7,11 @@
 
 namespace tp {
 
-transfer_engine::transfer_engine(device& dev, pinned_host_pool& pool,
+transfer_engine::transfer_engine(device& dev, caching_allocator& alloc, pinned_host_pool& pool,
                                  std::optional<stream_id> offload_stream,
                                  std::optional<stream_id> prefetch_stream)
     : dev_(dev),
+      alloc_(alloc),
       pool_(pool),
       offload_(offload_stream ? *offload_stream : dev.create_stream()),
       prefetch_(prefetch_stream ? *prefetch_stream : dev.create_stream()),
@@ -79,9 +80,31 @@ bool transfer_engine::try_complete_offload(managed_tensor& t) {
   return true;
 }
 
-void transfer_engine::wait_offload(managed_tensor& t) {
-  dev_.synchronize_event(t.copy_event);
-  try_complete_offload(t);
+void transfer_engine::release_behind(managed_tensor& t, stream_id stream) {
+  void* p = t.binding->device_ptr();
+  if (p != nullptr && alloc_.allocation_size(p) != 0) {
+    alloc_.record_stream(p, stream);  // Note [Offload ordering]
+    return;
+  }
+  dev_.synchronize_event(t.copy_event);  // memory the allocator cannot guard: only the host can wait
+  ++stats_.host_waits;
+}
+
+void transfer_engine::release_offloading(managed_tensor& t) {
+  notify(runtime_event_kind::offload_end, t, offload_);  // before release: the block's address
+  release_behind(t, offload_);
+  t.binding->release_device();
+  t.state = tensor_state::on_host;
+  stats_.offloaded_bytes += t.bytes;
+  settle(t);
+}
+
+bool transfer_engine::settle(managed_tensor& t) {
+  if (t.has_copy_event && dev_.query_event(t.copy_event)) {
+    give_event(t.copy_event);
+    t.has_copy_event = false;
+  }
+  return !t.has_copy_event;
 }
 
 void transfer_engine::defer_host_free(managed_tensor& t) {
@@ -103,6 +126,12 @@ void transfer_engine::start_prefetch(managed_tensor& t) {
   dev_.record_event(ready, t.stream);
   dev_.stream_wait_event(prefetch_, ready);
   give_event(ready);
+  if (t.has_copy_event) {
+    // An offload released stream-ordered may still be writing the host copy.
+    dev_.stream_wait_event(prefetch_, t.copy_event);
+    give_event(t.copy_event);
+    t.has_copy_event = false;
+  }
   dev_.copy_async(dst, t.host.ptr, t.bytes, prefetch_);
   t.copy_event = take_event();
   t.has_copy_event = true;
@@ -115,27 +144,49 @@ void transfer_engine::start_prefetch(managed_tensor& t) {
 
 bool transfer_engine::copy_done(managed_tensor& t) { return dev_.query_event(t.copy_event); }
 
-void transfer_engine::wait_copy(managed_tensor& t) { dev_.synchronize_event(t.copy_event); }
 
-void transfer_engine::finish_prefetch(managed_tensor& t, stream_id compute) {
+void transfer_engine::finish_prefetch(managed_tensor& t, stream_id compute, std::int64_t late_since_ns) {
   dev_.stream_wait_event(compute, t.copy_event);
   if (compute != t.stream) dev_.stream_wait_event(t.stream, t.copy_event);
   defer_host_free(t);
+  if (late_since_ns >= 0 && observer_ != nullptr) {  // Note [Late copies]
+    deferred_free& d = deferred_.back();
+    d.late_since_ns = late_since_ns;
+    d.stall.kind = runtime_event_kind::stall;
+    d.stall.tensor = t.id;
+    d.stall.address = reinterpret_cast<std::uintptr_t>(t.binding->device_ptr());
+    d.stall.stream = compute;
+  }
   t.state = tensor_state::resident;
   notify(runtime_event_kind::prefetch_end, t, prefetch_);
 }
 
+void transfer_engine::cancel_prefetch(managed_tensor& t) {
+  notify(runtime_event_kind::prefetch_end, t, prefetch_, 1);
+  release_behind(t, prefetch_);
+  t.binding->release_device();
+  t.state = tensor_state::on_host;
+  ++stats_.cancelled_prefetches;
+  settle(t);  // the host block stays; the copy may still read it
+}
+
 void transfer_engine::discard(managed_tensor& t) noexcept {
   // An untracked tensor's copy ends here: close its slice (Note [Runtime events]).
-  if (t.state == tensor_state::offloading) notify(runtime_event_kind::offload_end, t, offload_, 1);
-  if (t.state == tensor_state::prefetching) notify(runtime_event_kind::prefetch_end, t, prefetch_, 1);
   try {
-    if (t.has_copy_event) {
-      dev_.synchronize_event(t.copy_event);
-      give_event(t.copy_event);
-      t.has_copy_event = false;
+    if (t.state == tensor_state::offloading || t.state == tensor_state::prefetching) {
+      const bool out = t.state == tensor_state::offloading;
+      notify(out ? runtime_event_kind::offload_end : runtime_event_kind::prefetch_end, t,
+             out ? offload_ : prefetch_, 1);
+      // The binding frees the device storage after this: behind the copy.
+      if (t.has_copy_event) release_behind(t, out ? offload_ : prefetch_);
     }
-    if (t.host.ptr != nullptr) pool_.deallocate(t.host.ptr);
+    if (t.has_copy_event && t.host.ptr != nullptr) {
+      defer_host_free(t);
+    } else {
+      if (t.has_copy_event) give_event(t.copy_event);
+      t.has_copy_event = false;
+      if (t.host.ptr != nullptr) pool_.deallocate(t.host.ptr);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tensorpager: discarding a tensor's transfer failed: %s\n", e.what());
   }
@@ -159,10 +210,15 @@ void transfer_engine::emit(runtime_event_kind kind, const managed_tensor& t, str
   observer_->on_event(e);
 }
 
-void transfer_engine::poll() {
+void transfer_engine::poll(std::int64_t now_ns) {
   std::size_t kept = 0;
   for (std::size_t i = 0; i < deferred_.size(); ++i) {
     if (dev_.query_event(deferred_[i].event)) {
+      if (deferred_[i].late_since_ns >= 0 && observer_ != nullptr) {
+        runtime_event e = deferred_[i].stall;
+        e.detail = now_ns - deferred_[i].late_since_ns;
+        observer_->on_event(e);
+      }
       pool_.deallocate(deferred_[i].host);
       give_event(deferred_[i].event);
     } else {

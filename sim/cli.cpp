@@ -5,6 +5,7 @@
 #include <charconv>
 #include <fstream>
 #include <optional>
+#include <vector>
 #include <ostream>
 
 #include "core/errors.hpp"
@@ -19,6 +20,9 @@ namespace {
 
 struct cli_args {
   std::string trace_path;
+  std::optional<std::size_t> ratio_of;  ///< --ratio-of: the bytes ratios are fractions of
+  std::vector<double> ratios;           ///< --ratios (sweeps); empty: 1.0..0.1
+  std::vector<double> reference;        ///< --reference: figures beside the sweep's
   std::optional<double> ratio;
   std::optional<std::size_t> budget_bytes;
   policy_kind policy = policy_kind::hybrid;
@@ -92,6 +96,36 @@ cli_args parse(const std::vector<std::string>& args) {
         throw config_error("tp-sim: --repeat must be an integer >= 1");
       }
       a.options.repeat = static_cast<std::size_t>(n);
+    } else if (arg == "--sample") {
+      const double n = parse_number(arg, value(), "an integer >= 1");
+      if (!(n >= 1) || n != static_cast<double>(static_cast<std::size_t>(n))) {
+        throw config_error("tp-sim: --sample must be an integer >= 1");
+      }
+      a.options.sample_size = static_cast<std::size_t>(n);
+    } else if (arg == "--max-split-mb") {
+      const double mb = parse_number(arg, value(), "MiB > 1, e.g. 20");
+      if (!(mb > 1)) throw config_error("tp-sim: --max-split-mb must be > 1");
+      a.options.max_split_size = static_cast<std::size_t>(mb * 1024 * 1024);
+    } else if (arg == "--ratio-of") {
+      const bytes_parse_result b = parse_bytes(value());
+      if (b.error != bytes_error::none || b.bytes == 0) {
+        throw config_error(fmt::format("tp-sim: --ratio-of needs a size > 0 ({})", accepted_size_forms));
+      }
+      a.ratio_of = b.bytes;
+    } else if (arg == "--ratios" || arg == "--reference") {
+      std::vector<double>& list = arg == "--ratios" ? a.ratios : a.reference;
+      const std::string text = value();
+      std::size_t from = 0;
+      while (from <= text.size()) {
+        const std::size_t comma = std::min(text.find(',', from), text.size());
+        list.push_back(parse_number(arg, text.substr(from, comma - from), "numbers separated by commas"));
+        from = comma + 1;
+      }
+      if (arg == "--ratios") {
+        for (double r : list) {
+          if (!(r > 0 && r <= 1)) throw config_error("tp-sim: --ratios must lie in (0, 1]");
+        }
+      }
     } else if (arg == "--no-proactive-offload") {
       a.options.proactive_offload = false;
     } else if (arg == "--no-prefetch-ahead") {
@@ -117,11 +151,14 @@ std::string cli_usage() {
   return "usage: tp-sim TRACE [--budget RATIO|SIZE] [--policy lru|dtr|capuchin|hybrid]\n"
          "              [--sweep] [--plot OUT.svg] [--title TEXT] [--bandwidth GBPS]\n"
          "              [--latency-us US] [--compute-scale X] [--repeat N]\n"
-         "              [--no-proactive-offload] [--no-prefetch-ahead]\n"
+         "              [--no-proactive-offload] [--no-prefetch-ahead] [--sample K] [--max-split-mb MB]\n"
+         "              [--ratio-of SIZE] [--ratios R,R,...] [--reference X,X,...]\n"
          "TRACE: a tensorpager trace (docs/trace_format.md) or a DTR log.\n"
          "--budget: a ratio of the unconstrained peak reserved bytes (0.5) or a size (12GiB);\n"
          "  none: only the unconstrained replay. --sweep: ratios 1.0..0.1 for every policy.\n"
-         "Copies: --bandwidth 50 (GB/s) and --latency-us 5 by default (PCIe 5.0 x16, pinned).\n";
+         "Copies: --bandwidth 50 (GB/s) and --latency-us 5 by default (PCIe 5.0 x16, pinned).\n"
+         "--ratio-of: ratios are of this many bytes (another simulator's baseline peak);\n"
+         "  --reference: that simulator's slowdowns at --ratios, printed beside tensorpager's.\n";
 }
 
 int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -140,7 +177,10 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                        a.options.bandwidth_bytes_per_s / 1e9, static_cast<double>(a.options.latency_ns) / 1e3,
                        a.options.repeat);
     if (a.sweep) {
-      const sweep_result s = run_sweep(t, a.options, default_ratios(), all_policies());
+      const sweep_result s =
+          run_sweep(t, a.options, a.ratios.empty() ? default_ratios() : a.ratios, all_policies(), a.ratio_of);
+      if (a.ratio_of) out << fmt::format("ratios are of {} B\n\n", *a.ratio_of);
+      out << format_slowdown_matrix(s, a.reference) << '\n';
       out << format_sweep_table(s) << '\n' << format_sweep_summary(s);
       if (!a.plot.empty()) {
         std::ofstream svg(a.plot);
@@ -158,10 +198,12 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     }
     sim_options o = a.options;
     o.policy = a.policy;
-    o.budget_bytes = a.ratio ? budget_for_ratio(unconstrained, *a.ratio) : *a.budget_bytes;
+    sim_report base_peak;
+    base_peak.peak_reserved = a.ratio_of.value_or(unconstrained.peak_reserved);
+    o.budget_bytes = a.ratio ? budget_for_ratio(base_peak, *a.ratio) : *a.budget_bytes;
     sim_report r = simulate(t, o);
     compare(r, unconstrained);
-    if (a.ratio) out << fmt::format("budget ratio:      {:.3f} of {} B\n", *a.ratio, unconstrained.peak_reserved);
+    if (a.ratio) out << fmt::format("budget ratio:      {:.3f} of {} B\n", *a.ratio, base_peak.peak_reserved);
     out << format_report(r);
     return 0;
   } catch (const error& e) {

@@ -65,7 +65,12 @@ std::size_t contentless_device::arena::used() const {
 }
 
 contentless_device::contentless_device(simulated_device& inner, std::size_t capacity, std::size_t host_capacity)
-    : inner_(inner), device_(capacity, "device memory"), host_(host_capacity, "pinned host memory") {}
+    : inner_(inner), device_(capacity, "device memory"), host_(host_capacity, "pinned host memory")  {
+  if (inner.opts().copy_contents) {
+    throw invalid_argument(
+        "contentless_device: the wrapped simulated_device must be built with copy_contents = false");
+  }
+}
 
 contentless_device::~contentless_device() = default;
 

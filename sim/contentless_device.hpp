@@ -18,20 +18,18 @@
 //
 // Note [Copies without contents]
 // A trace has sizes, not tensor values, so the simulator has nothing to
-// preserve in a copy; but simulated_device performs every copy with real
-// memmoves when it retires, which for a multi-GiB trace commits GiBs of
-// pages (device segments and pinned host blocks that are otherwise only
-// reserved address space) and spends seconds per run in page faults.
-// copy_async is therefore forwarded with the same byte count, stream and
-// order, but between two scratch buffers this adaptor owns (memory the
-// simulated device does not know, which it accepts as pageable host memory),
-// so the copy's modelled duration, its events and the stream ordering are the
-// simulated device's own, and memory stays untouched. Scratch grows to the
-// largest copy. Nothing else is changed: allocation, budgets, streams and
-// events are the wrapped device's. Consequence: freeing memory does not wait
-// for a copy that "reads" it, so callers must order frees after copy events
-// themselves, which the runtime does (Note [Offload ordering] in
-// transfer_engine.hpp).
+// preserve in a copy; but a simulated_device that moves bytes performs every
+// copy with a real memmove when it retires, which for a multi-GiB trace
+// commits GiBs of pages and spent 90% of a replay's wall time in memmove
+// (issue 12: one sweep test took 160 s). The wrapped device is therefore
+// built with options::copy_contents = false (the constructor checks it):
+// copy_async is forwarded with the same pointers, byte count, stream and
+// order, so the copy's modelled duration, its events and the stream
+// ordering are the simulated device's own, and no byte moves. Nothing else is
+// changed: budgets, streams and events are the wrapped device's.
+// Consequence: freeing memory does not wait for a copy that "reads" it, so
+// callers must order frees after copy events themselves, which the runtime
+// does (Note [Offload ordering] in transfer_engine.hpp).
 
 #include <algorithm>
 #include <cstddef>
@@ -44,11 +42,13 @@
 
 namespace tp::sim {
 
-/// Thread-safety: as the wrapped device; the scratch buffers are guarded by
-/// a mutex. Lifetime: `inner` must outlive the adaptor.
+/// Thread-safety: as the wrapped device. Lifetime: `inner` must outlive the
+/// adaptor.
 class contentless_device final : public device {
  public:
-  /// Reserves the two address ranges; throws tp::error when mmap fails.
+  /// Reserves the two address ranges; throws tp::error when mmap fails, and
+  /// tp::invalid_argument when `inner` copies contents (Note [Copies without
+  /// contents]).
   /// `capacity`, `host_capacity`: what try_allocate(_host) may hand out at once.
   contentless_device(simulated_device& inner, std::size_t capacity, std::size_t host_capacity);
   ~contentless_device() override;
@@ -78,33 +78,9 @@ class contentless_device final : public device {
   void stream_wait_event(stream_id s, event_id e) override { inner_.stream_wait_event(s, e); }
   memory_info memory() const override;
 
-  /// Note [Deterministic addresses]
-// The caching allocator orders free blocks by (size, address) and the
-// policies prefer victims adjacent to the previous one, so addresses decide
-// ties. simulated_device hands out aligned_alloc memory, whose addresses
-// vary from run to run, which made two identical runs differ. This adaptor
-// therefore serves try_allocate and try_allocate_host from two address-space
-// reservations of its own (PROT_NONE, nothing committed: with copies
-// without contents, no byte of device or pinned memory is ever touched), by
-// bumping a pointer: addresses grow in allocation order, the same in every
-// run. Freed ranges are not reused (the reservations are large enough for
-// any trace here: reserve_bytes each); capacity is counted as the wrapped
-// device counts it.
-//
-// Note [Copies without contents]: the same copy, between scratch buffers.
-  void copy_async(void* /*dst*/, const void* /*src*/, std::size_t bytes, stream_id stream) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (bytes > scratch_bytes_) {
-      // A queued copy may still name the old buffers, so they live as long
-      // as the adaptor; doubling keeps them under twice the largest copy.
-      // Default-initialised: pages are touched only by the copies.
-      retired_.push_back(std::move(dst_));
-      retired_.push_back(std::move(src_));
-      scratch_bytes_ = std::max(bytes, 2 * scratch_bytes_);
-      dst_.reset(new std::byte[scratch_bytes_]);
-      src_.reset(new std::byte[scratch_bytes_]);
-    }
-    inner_.copy_async(dst_.get(), src_.get(), bytes, stream);
+  /// Note [Copies without contents]: the same copy, and no byte moves.
+  void copy_async(void* dst, const void* src, std::size_t bytes, stream_id stream) override {
+    inner_.copy_async(dst, src, bytes, stream);
   }
 
  private:
@@ -131,10 +107,6 @@ class contentless_device final : public device {
   simulated_device& inner_;
   arena device_;
   arena host_;
-  std::mutex mu_;
-  std::size_t scratch_bytes_ = 0;
-  std::unique_ptr<std::byte[]> dst_, src_;
-  std::vector<std::unique_ptr<std::byte[]>> retired_;
 };
 
 }  // namespace tp::sim

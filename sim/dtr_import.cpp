@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/errors.hpp"
 
@@ -130,6 +131,7 @@ class importer {
     s.pre_existing = pre_existing;
     s.saved = !pre_existing;
     s.label = label;
+    if (pre_existing) constant_storages_.insert(s.id);
     (pre_existing ? constants_ : produced_).push_back(std::move(s));
     return next_id_ - 1;
   }
@@ -140,7 +142,7 @@ class importer {
     const storage_id s = *tensors_[t].storage;
     if (--storage_tensors_[s] == 0) {
       storage_tensors_.erase(s);
-      events_.push_back({event::kind::free, 0, s});
+      if (!constant_storages_.contains(s)) events_.push_back({event::kind::free, 0, s});  // Note [DTR references]
     }
   }
   std::vector<storage_id> storages_of(const std::vector<std::string>& args) const {
@@ -241,6 +243,7 @@ class importer {
   std::unordered_map<std::string, std::size_t> names_;  // reference -> tensor
   std::vector<dtr_tensor> tensors_;
   std::unordered_map<storage_id, std::size_t> storage_tensors_;  // live tensors per storage
+  std::unordered_set<storage_id> constant_storages_;             // never freed
   std::vector<storage> constants_, produced_;
   std::vector<op_record> ops_;
   std::vector<event> events_;

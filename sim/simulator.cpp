@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <exception>
 #include <memory>
@@ -25,7 +26,24 @@ namespace {
 // budget is the caching allocator's.
 constexpr std::size_t huge_bytes = std::size_t{1} << 42;
 constexpr int max_recompute_depth = 256;
-constexpr int max_residency_passes = 4;
+
+// The host's clock (Note [Simulated time]): a manual clock that also sums
+// the time the host spent blocked (every wait_until that moved it).
+class host_clock final : public clock {
+ public:
+  std::int64_t now_ns() const override { return inner_.now_ns(); }
+  void wait_until(std::int64_t deadline_ns) override {
+    const std::int64_t now = inner_.now_ns();
+    if (deadline_ns > now) waited_ns_.fetch_add(deadline_ns - now);
+    inner_.advance_to(deadline_ns);
+  }
+  void advance(std::int64_t delta_ns) { inner_.advance(delta_ns); }
+  std::int64_t waited_ns() const { return waited_ns_.load(); }
+
+ private:
+  manual_clock inner_;
+  std::atomic<std::int64_t> waited_ns_{0};
+};
 
 class replay;
 
@@ -52,7 +70,45 @@ class sim_binding final : public storage_binding {
 // ends, as DTR keeps the metadata of freed tensors that evicted ones depend
 // on: freeing it at once would re-create it for every dependent, and chains
 // of such re-creations grow exponentially with depth (ResNet's residual adds
-// read two of them). The policy evicts it like any other tensor.
+// read two of them). The policy evicts it like any other tensor. It takes
+// over the freed tensor's place in the runtime's lineage (track_options::
+// revive), where DTR's heuristic saw it as evicted.
+//
+// Note [Operator inputs are pinned]
+// An operator (or a replay) first makes its inputs resident and pins them
+// (memory_runtime::pin), then allocates its outputs, then runs; the pins end
+// when it has run. So restoring one input never evicts another, nor does
+// allocating an output evict an input, as DTR's simulator locks the parents
+// of the operator it runs. Without pins, a restore could evict an input
+// already restored, and an operator whose inputs fit the budget together
+// could fail ("inputs could not be resident together": ResNet-32 at 0.4 with
+// capuchin and hybrid).
+
+// Unpins what an operator pinned when it has run, or when it throws.
+class pin_guard {
+ public:
+  explicit pin_guard(memory_runtime& rt) : rt_(rt) {}
+  ~pin_guard() {
+    for (tensor_id id : pinned_) {
+      try {
+        rt_.unpin(id);
+      } catch (...) {
+        std::terminate();  // unpin of a tensor this guard pinned cannot fail: a simulator bug
+      }
+    }
+  }
+  pin_guard(const pin_guard&) = delete;
+  pin_guard& operator=(const pin_guard&) = delete;
+  void pin(tensor_id id) {
+    rt_.pin(id);
+    pinned_.push_back(id);
+  }
+  const std::vector<tensor_id>& pinned() const { return pinned_; }
+
+ private:
+  memory_runtime& rt_;
+  std::vector<tensor_id> pinned_;
+};
 
 // One simulate() call. Members are declared in construction order.
 class replay {
@@ -61,16 +117,18 @@ class replay {
       : t_(t), o_(o), plan_(recompute_plan::build(t)),
         sim_dev_(device_options(o), clk_),
         dev_(sim_dev_, huge_bytes, huge_bytes),
-        alloc_(dev_, {.budget = o.budget_bytes}),
+        alloc_(dev_, {.budget = o.budget_bytes, .max_split_size = o.max_split_size}),
         host_(dev_, {}),
         compute_(dev_.create_stream()),
-        live_(t.storages.size()) {
+        live_(t.storages.size()),
+        writes_(t.storages.size(), 0) {
     memory_runtime::options ro;
     ro.policy = o.policy;
     ro.bandwidth = {.bytes_per_s = o.bandwidth_bytes_per_s, .latency_ns = o.latency_ns};
     ro.seed = o.seed;
     ro.proactive_offload = o.proactive_offload;
     ro.prefetch_ahead = o.prefetch_ahead;
+    ro.sample_size = o.sample_size;
     rt_ = std::make_unique<memory_runtime>(dev_, alloc_, host_, clk_, ro);
   }
   ~replay() {
@@ -92,15 +150,22 @@ class replay {
     try {
       for (std::size_t k = 0; k < o_.repeat; ++k) {
         const std::int64_t t0 = clk_.now_ns();
+        const std::int64_t waited0 = clk_.waited_ns();
+        const std::uint64_t syncs0 = sim_dev_.host_syncs();
         const runtime_stats before = rt_->stats();
         compute_ns_ = recompute_ns_ = 0;
         replay_once();
+        const std::uint64_t syncs = sim_dev_.host_syncs() - syncs0;
+        const std::int64_t waited = clk_.waited_ns() - waited0;
+        dev_.synchronize(compute_);  // the step ends when its last operator has run
         const runtime_stats after = rt_->stats();
         const std::int64_t elapsed = clk_.now_ns() - t0;
         r.step_ns = elapsed / static_cast<std::int64_t>(t_.steps());
         r.compute_ns = compute_ns_;
         r.recompute_ns = recompute_ns_;
         r.stall_ns = elapsed - compute_ns_ - recompute_ns_;
+        r.host_wait_ns = waited;
+        r.host_syncs = syncs;
         r.offloaded_bytes = after.offloaded_bytes - before.offloaded_bytes;
         r.prefetched_bytes = after.prefetched_bytes - before.prefetched_bytes;
         r.evictions = after.evictions + after.proactive_offloads - before.evictions - before.proactive_offloads;
@@ -111,10 +176,6 @@ class replay {
     } catch (const out_of_memory& e) {
       r.fits = false;
       r.failure = e.what();
-    } catch (const error& e) {
-      if (!co_residency_failed_) throw;
-      r.fits = false;
-      r.failure = e.what();
     }
     const allocator_stats a = alloc_.stats();
     r.peak_reserved = static_cast<std::size_t>(a.reserved_bytes.all().peak);
@@ -122,6 +183,7 @@ class replay {
     r.fragmentation = r.peak_reserved == 0 ? 0.0
         : 1.0 - static_cast<double>(r.peak_allocated) / static_cast<double>(r.peak_reserved);
     r.policy_wall_ns = rt_->stats().policy_ns;
+    r.plan_wall_ns = rt_->stats().plan_ns;
     return r;
   }
 
@@ -134,31 +196,28 @@ class replay {
       std::terminate();  // a pointer the allocator does not hold: a simulator bug
     }
   }
+  // Re-creates storage `index` at its current version (Note [Recomputable
+  // storages]): replays its producer, then the writes applied so far, each
+  // with its inputs pinned (Note [Operator inputs are pinned]).
   void* recompute(std::size_t index, int depth) {
     if (depth > max_recompute_depth) {
       throw error(fmt::format("simulator: recompute chain deeper than {} at storage {}",
                               max_recompute_depth, t_.storages[index].id));
     }
-    const op_record& op = t_.ops[plan_.producer[index]];
-    for (const auto* list : {&op.inputs, &op.mutates}) {
-      for (storage_id id : *list) {
-        const std::size_t i = t_.index_of(id);
-        slot& in = live_[i];
-        if (in.binding) {
-          rt_->access(in.tensor);
-        } else if (!in.alive) {
-          // Note [Re-created storages]
-          void* p = recompute(i, depth + 1);
-          in.binding = std::make_unique<sim_binding>(*this, i, p);
-          in.tensor = rt_->track(*in.binding, t_.storages[i].bytes, compute_, recompute_cost(i));
-        }
-      }
+    void* p = nullptr;
+    {
+      const op_record& op = t_.ops[plan_.producer[index]];
+      pin_guard pins(*rt_);
+      pin_inputs(op, index, depth, pins);
+      p = allocate(t_.storages[index].bytes);
+      run_for(op.time_ns, recompute_ns_);
     }
-    void* p = allocate(t_.storages[index].bytes);
-    dev_.synchronize(compute_);
-    const std::int64_t cost = scaled(op.time_ns);
-    clk_.advance(cost);
-    recompute_ns_ += cost;
+    for (std::size_t k = 0; k < writes_[index]; ++k) {
+      const op_record& op = t_.ops[plan_.writers[index][k]];
+      pin_guard pins(*rt_);
+      pin_inputs(op, index, depth, pins);
+      run_for(op.time_ns, recompute_ns_);
+    }
     ++recomputes_;
     return p;
   }
@@ -169,6 +228,7 @@ class replay {
     void* ptr = nullptr;  // untracked storages
     std::unique_ptr<sim_binding> binding;
     tensor_id tensor{};
+    std::optional<tensor_id> freed;  // the tensor it was when it was last freed
   };
 
   static simulated_device::options device_options(const sim_options& o) {
@@ -182,6 +242,7 @@ class replay {
     d.host_capacity_bytes = huge_bytes;
     d.bandwidth_bytes_per_s = o.bandwidth_bytes_per_s;
     d.latency_ns = o.latency_ns;
+    d.copy_contents = false;  // Note [Copies without contents]
     return d;
   }
 
@@ -190,17 +251,54 @@ class replay {
                                    : static_cast<std::int64_t>(std::llround(static_cast<double>(ns) * o_.compute_scale));
   }
 
-  // What the runtime is told a drop costs (0: swap only).
+  // Note [Simulated time]: the operator runs on the compute stream, and the
+  // host issues the next one when this one would have finished.
+  void run_for(std::int64_t recorded_ns, std::int64_t& bucket) {
+    const std::int64_t cost = scaled(recorded_ns);
+    sim_dev_.enqueue_work(compute_, cost);
+    clk_.advance(cost);
+    bucket += cost;
+  }
+
+  // What the runtime is told a drop costs (0: swap only): the producer and
+  // the writes a replay must repeat.
   std::int64_t recompute_cost(std::size_t i) const {
     if (!plan_.recomputable[i]) return 0;
-    return std::max<std::int64_t>(scaled(t_.ops[plan_.producer[i]].time_ns), 1);
+    std::int64_t cost = scaled(t_.ops[plan_.producer[i]].time_ns);
+    for (std::size_t k = 0; k < writes_[i]; ++k) cost += scaled(t_.ops[plan_.writers[i][k]].time_ns);
+    return std::max<std::int64_t>(cost, 1);
+  }
+
+  // Pins every tracked storage op reads or writes, except `skip` (the one
+  // being re-created), re-creating freed ones first (Note [Re-created
+  // storages]).
+  void pin_inputs(const op_record& op, std::size_t skip, int depth, pin_guard& pins) {
+    for (const auto* list : {&op.inputs, &op.mutates}) {
+      for (storage_id id : *list) {
+        const std::size_t i = t_.index_of(id);
+        if (i == skip) continue;
+        slot& in = live_[i];
+        if (!in.binding && !in.alive) {
+          void* p = recompute(i, depth + 1);
+          in.binding = std::make_unique<sim_binding>(*this, i, p);
+          track_options more;
+          more.revive = in.freed;
+          in.tensor = rt_->track(*in.binding, t_.storages[i].bytes, compute_, recompute_cost(i), true, more);
+        }
+        if (in.binding && std::find(pins.pinned().begin(), pins.pinned().end(), in.tensor) == pins.pinned().end()) {
+          pins.pin(in.tensor);
+        }
+      }
+    }
   }
 
   void replay_once() {
+    std::fill(writes_.begin(), writes_.end(), 0);
     // Pre-existing storages come first, and again after a replay freed them.
     for (std::size_t i = 0; i < live_.size() && t_.storages[i].pre_existing; ++i) {
       if (!live_[i].alive) live_[i].ptr = allocate(t_.storages[i].bytes);
       live_[i].alive = true;
+      live_[i].freed.reset();
     }
     for (const event& e : t_.events) {
       switch (e.what) {
@@ -211,60 +309,45 @@ class replay {
     }
     for (std::size_t i = 0; i < live_.size(); ++i) {
       if (!t_.storages[i].pre_existing) free_index(i);
+      live_[i].freed.reset();
     }
     rt_->step();
   }
 
   void run_op(const op_record& op) {
-    std::vector<std::size_t> outs;
+    std::vector<tensor_id> parents;
+    {
+      pin_guard pins(*rt_);
+      pin_inputs(op, recompute_plan::no_producer, 0, pins);
+      parents = pins.pinned();
+      for (storage_id id : op.outputs) {
+        const std::size_t i = t_.index_of(id);
+        live_[i].ptr = allocate(t_.storages[i].bytes);
+        live_[i].alive = true;
+      }
+      run_for(op.time_ns, compute_ns_);
+    }
+    for (storage_id id : op.mutates) {
+      const std::size_t i = t_.index_of(id);
+      if (writes_[i] < plan_.writers[i].size() && &t_.ops[plan_.writers[i][writes_[i]]] == &op) ++writes_[i];
+      if (live_[i].binding) rt_->set_recompute_cost(live_[i].tensor, recompute_cost(i));
+    }
+    track_options more;
+    more.parents = parents;
     for (storage_id id : op.outputs) {
       const std::size_t i = t_.index_of(id);
-      live_[i].ptr = allocate(t_.storages[i].bytes);
-      live_[i].alive = true;
-      outs.push_back(i);
-    }
-    std::vector<tensor_id> tracked;
-    for (const auto* list : {&op.inputs, &op.mutates}) {
-      for (storage_id id : *list) {
-        const slot& s = live_[t_.index_of(id)];
-        if (s.binding && std::find(tracked.begin(), tracked.end(), s.tensor) == tracked.end()) {
-          tracked.push_back(s.tensor);
-        }
-      }
-    }
-    make_co_resident(op, tracked);
-    dev_.synchronize(compute_);  // Note [Simulated time]: waits on prefetches
-    const std::int64_t cost = scaled(op.time_ns);
-    clk_.advance(cost);
-    compute_ns_ += cost;
-    for (std::size_t i : outs) {
       if (!t_.storages[i].saved) continue;
       slot& s = live_[i];
       s.binding = std::make_unique<sim_binding>(*this, i, std::exchange(s.ptr, nullptr));
-      s.tensor = rt_->track(*s.binding, t_.storages[i].bytes, compute_, recompute_cost(i));
+      s.tensor = rt_->track(*s.binding, t_.storages[i].bytes, compute_, recompute_cost(i), true, more);
     }
-  }
-
-  // Restoring one input may evict another (only the tensor being restored is
-  // pinned), so accesses repeat until all are resident together.
-  void make_co_resident(const op_record& op, const std::vector<tensor_id>& tracked) {
-    for (int pass = 0; pass < max_residency_passes; ++pass) {
-      for (tensor_id id : tracked) rt_->access(id);
-      const bool all = std::all_of(tracked.begin(), tracked.end(), [&](tensor_id id) {
-        const tensor_state st = rt_->state(id);
-        return st == tensor_state::resident || st == tensor_state::offloading;
-      });
-      if (all) return;
-    }
-    co_residency_failed_ = true;
-    throw error(fmt::format("the inputs of op {} could not be resident together under the budget "
-                            "(each restore evicted another)", op.name));
   }
 
   void free_index(std::size_t i) {
     slot& s = live_[i];
     if (s.binding) {
       rt_->untrack(s.tensor);
+      s.freed = s.tensor;
       if (void* p = s.binding->take()) deallocate(p);
       s.binding.reset();
     }
@@ -275,18 +358,18 @@ class replay {
   const trace& t_;
   const sim_options o_;
   const recompute_plan plan_;
-  manual_clock clk_;
+  host_clock clk_;
   simulated_device sim_dev_;
   contentless_device dev_;  // Note [Copies without contents]
   caching_allocator alloc_;
   pinned_host_pool host_;
   stream_id compute_;
   std::vector<slot> live_;
+  std::vector<std::size_t> writes_;  // in-place writes applied this replay, per storage
   std::unique_ptr<memory_runtime> rt_;
   std::int64_t compute_ns_ = 0;
   std::int64_t recompute_ns_ = 0;
   std::uint64_t recomputes_ = 0;
-  bool co_residency_failed_ = false;
 };
 
 void sim_binding::release_device() noexcept {

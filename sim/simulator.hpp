@@ -5,25 +5,36 @@
 // the step would cost under a budget and a policy.
 //
 // Note [Simulated time]
-// Time is the manual clock's. An operator first has its outputs allocated
-// and its inputs made resident (runtime.access: restores, recomputes), then
-// the host waits for the compute stream (a prefetch the runtime made it wait
-// on: the clock jumps to the copy's end), then the clock advances by the
-// operator's recorded time. Offloads and prefetches run on the runtime's own
-// streams of the simulated device, at bandwidth and latency, and overlap the
-// compute. So a step's time is compute + recompute + stall exactly, where
-// stall is every clock jump spent waiting for a copy (on demand, on a
-// prefetch, or in reclaim for an offload to finish) and recompute is the
-// recorded time of every replayed operator. An unconstrained replay moves
-// nothing, so its time is the sum of the recorded times.
+// Host time and device time are apart. The manual clock is the host's: it
+// issues an operator (restores, recomputes and allocations through the
+// runtime, then the operator itself as work of its recorded time on the
+// compute stream of the simulated device, simulated_device::enqueue_work),
+// and moves on by the operator's time, as a host that issues the next
+// operator when this one would have finished. The device runs the compute
+// stream in order, each operator starting once the previous one has and
+// once every copy the stream was made to wait on (a prefetch: the runtime's
+// stream_wait_event) has arrived; offloads and prefetches run on the
+// runtime's own streams at bandwidth and latency and overlap the compute. A
+// copy that arrives late delays the device, not the host. A host wait
+// (synchronize, synchronize_event: the clock jumps to the awaited finish)
+// delays every operator issued after it, so it costs step time exactly when
+// the device would not have waited. A step ends when its last operator has
+// run on the device (the replay synchronizes the compute stream then), so a
+// step's time is compute + recompute + stall exactly, where stall is the
+// time the compute stream stood idle: waiting for a copy, or for a host that
+// waited. An unconstrained replay moves nothing, so its time is the sum of
+// the recorded times. host_wait_ns and host_syncs report the host's side.
 //
 // Note [What the runtime tracks]
 // Storages marked saved (saved for backward; every produced storage of a DTR
 // log) are tracked once their operator has run: evictable, droppable when the
 // simulator can replay their producer (Note [Recomputable storages] in
-// simulator.cpp), else swap only. Other storages (pre-existing ones, and
-// temporaries not saved) are allocated through the same allocator but not
-// tracked, as the torch glue leaves them to PyTorch.
+// recompute_plan.hpp), else swap only, with the tracked inputs of their
+// operator as their lineage (track_options::parents). Other storages
+// (pre-existing ones, and temporaries not saved) are allocated through the
+// same allocator but not tracked, as the torch glue leaves them to PyTorch.
+// An operator's tracked inputs are pinned while it runs (Note [Operator
+// inputs are pinned] in simulator.cpp).
 //
 // Note [Repeated replay]
 // The policies that learn the step (Capuchin, hybrid, prefetch ahead) plan
@@ -58,6 +69,9 @@ struct sim_options {
   /// memory_runtime_options of the same names (the runtime's defaults).
   bool proactive_offload = true;
   bool prefetch_ahead = true;
+  std::size_t sample_size = 32;  ///< memory_runtime_options::sample_size (k)
+  /// caching_allocator_options::max_split_size (PyTorch's max_split_size_mb).
+  std::size_t max_split_size = SIZE_MAX;
   std::uint64_t seed = 0x7470'7061'6765'72ULL;
 };
 
@@ -76,13 +90,18 @@ struct sim_report {
   std::int64_t compute_ns = 0;    ///< recorded op time (scaled) of the measured replay
   std::int64_t recompute_ns = 0;  ///< Note [Simulated time]
   std::int64_t stall_ns = 0;
+  /// Host time spent blocked in the measured replay (Note [Simulated time]),
+  /// and the host synchronisations it made (simulated_device::host_syncs).
+  std::int64_t host_wait_ns = 0;
+  std::uint64_t host_syncs = 0;
   double slowdown = 1.0;  ///< step_ns / the unconstrained step_ns (set by compare())
   std::size_t offloaded_bytes = 0;   ///< measured replay
   std::size_t prefetched_bytes = 0;
   std::uint64_t evictions = 0;
   std::uint64_t drops = 0;
   std::uint64_t recomputes = 0;  ///< storages re-created (incl. chains)
-  std::int64_t policy_wall_ns = 0;  ///< wall time in eviction_policy::choose, every replay
+  std::int64_t policy_wall_ns = 0;  ///< wall time in eviction_policy::choose and plan_step, every replay
+  std::int64_t plan_wall_ns = 0;    ///< of which plan_step
 };
 
 /// Replays t under o. Never throws for out of memory (the report says it did

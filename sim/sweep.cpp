@@ -25,11 +25,14 @@ std::size_t budget_for_ratio(const sim_report& unconstrained, double ratio) {
 }
 
 sweep_result run_sweep(const trace& t, const sim_options& base, const std::vector<double>& ratios,
-                       const std::vector<policy_kind>& policies) {
+                       const std::vector<policy_kind>& policies, std::optional<std::size_t> ratio_of) {
   sweep_result s;
   sim_options free_run = base;
   free_run.budget_bytes.reset();
   s.unconstrained = simulate(t, free_run);
+  s.ratio_of = ratio_of;
+  sim_report base_peak;
+  base_peak.peak_reserved = ratio_of.value_or(s.unconstrained.peak_reserved);
   s.policies = policies;
   s.ratios = ratios;
   for (policy_kind p : policies) {
@@ -37,7 +40,7 @@ sweep_result run_sweep(const trace& t, const sim_options& base, const std::vecto
     for (double ratio : ratios) {
       sim_options o = base;
       o.policy = p;
-      o.budget_bytes = budget_for_ratio(s.unconstrained, ratio);
+      o.budget_bytes = budget_for_ratio(base_peak, ratio);
       sweep_point pt{ratio, simulate(t, o)};
       compare(pt.report, s.unconstrained);
       row.push_back(std::move(pt));
@@ -67,10 +70,11 @@ std::string format_report(const sim_report& r) {
   out += fmt::format("compute:           {}\n", ms(r.compute_ns));
   out += fmt::format("recompute:         {} ({} storages)\n", ms(r.recompute_ns), r.recomputes);
   out += fmt::format("stall:             {}\n", ms(r.stall_ns));
+  out += fmt::format("host waits:        {} ({} synchronisations)\n", ms(r.host_wait_ns), r.host_syncs);
   out += fmt::format("offloaded:         {}\n", format_bytes(r.offloaded_bytes));
   out += fmt::format("prefetched:        {}\n", format_bytes(r.prefetched_bytes));
   out += fmt::format("evictions:         {} ({} drops)\n", r.evictions, r.drops);
-  out += fmt::format("policy wall time:  {}\n", ms(r.policy_wall_ns));
+  out += fmt::format("policy wall time:  {} (planning {})\n", ms(r.policy_wall_ns), ms(r.plan_wall_ns));
   return out;
 }
 
@@ -79,23 +83,25 @@ std::string format_sweep_table(const sweep_result& s) {
       "Unconstrained: peak reserved {} ({} B), peak allocated {}, step {}.\n\n",
       format_bytes(s.unconstrained.peak_reserved), s.unconstrained.peak_reserved,
       format_bytes(s.unconstrained.peak_allocated), ms(s.unconstrained.step_ns));
-  out += "| policy | ratio | budget | fits | slowdown | step ms | recompute ms | stall ms | offloaded | "
-         "prefetched | evictions | peak reserved | frag | policy ms |\n";
-  out += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  out += "| policy | ratio | budget | fits | slowdown | step ms | recompute ms | stall ms | host wait ms | "
+         "host syncs | offloaded | prefetched | evictions | peak reserved | frag | policy ms |\n";
+  out += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (std::size_t p = 0; p < s.points.size(); ++p) {
     for (const sweep_point& pt : s.points[p]) {
       const sim_report& r = pt.report;
       if (!r.fits) {
-        out += fmt::format("| {} | {:.1f} | {} | no | | | | | | | | {} | | {:.3f} |\n", to_string(s.policies[p]),
+        out += fmt::format("| {} | {:.1f} | {} | no | | | | | | | | | | {} | | {:.3f} |\n", to_string(s.policies[p]),
                            pt.ratio, format_bytes(r.budget_bytes.value_or(0)), format_bytes(r.peak_reserved),
                            static_cast<double>(r.policy_wall_ns) / 1e6);
         continue;
       }
       out += fmt::format(
-          "| {} | {:.1f} | {} | yes | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {} | {} | {} | {} | {:.1f}% | {:.3f} |\n",
+          "| {} | {:.1f} | {} | yes | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {} | {} | {} | {} | {} | {:.1f}% | "
+          "{:.3f} |\n",
           to_string(s.policies[p]), pt.ratio, format_bytes(r.budget_bytes.value_or(0)), r.slowdown,
           static_cast<double>(r.step_ns) / 1e6, static_cast<double>(r.recompute_ns) / 1e6,
-          static_cast<double>(r.stall_ns) / 1e6, format_bytes(r.offloaded_bytes), format_bytes(r.prefetched_bytes),
+          static_cast<double>(r.stall_ns) / 1e6, static_cast<double>(r.host_wait_ns) / 1e6, r.host_syncs,
+          format_bytes(r.offloaded_bytes), format_bytes(r.prefetched_bytes),
           r.evictions, format_bytes(r.peak_reserved), 100 * r.fragmentation,
           static_cast<double>(r.policy_wall_ns) / 1e6);
     }
@@ -129,6 +135,35 @@ std::string format_sweep_summary(const sweep_result& s) {
     }
     out += fmt::format("| {} | {} | {} | {} | {} |\n", to_string(s.policies[p]), ratio_text(smallest),
                        ratio_text(down_to), at(p, 0.5), at(p, 0.3));
+  }
+  return out;
+}
+
+std::string format_slowdown_matrix(const sweep_result& s, const std::vector<double>& reference,
+                                   const std::string& reference_name) {
+  const bool with_reference = reference.size() == s.ratios.size();
+  std::string out = "| ratio | budget |";
+  std::string rule = "|---|---|";
+  if (with_reference) {
+    out += fmt::format(" {} |", reference_name);
+    rule += "---|";
+  }
+  for (policy_kind p : s.policies) {
+    out += fmt::format(" {} |", to_string(p));
+    rule += "---|";
+  }
+  out += "\n" + rule + "\n";
+  for (std::size_t r = 0; r < s.ratios.size(); ++r) {
+    const std::size_t budget = s.points.empty() ? 0 : s.points[0][r].report.budget_bytes.value_or(0);
+    out += fmt::format("| {:.1f} | {} |", s.ratios[r], format_bytes(budget));
+    if (with_reference) {
+      out += reference[r] > 0 ? fmt::format(" {:.3f} |", reference[r]) : std::string(" OOM |");
+    }
+    for (std::size_t p = 0; p < s.points.size(); ++p) {
+      const sim_report& rep = s.points[p][r].report;
+      out += rep.fits ? fmt::format(" {:.3f} |", rep.slowdown) : std::string(" no |");
+    }
+    out += "\n";
   }
   return out;
 }

@@ -2,6 +2,8 @@
 // Budget sweeps and their text: one trace, every policy, budgets as ratios of
 // the unconstrained replay's peak reserved bytes.
 
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,9 @@ struct sweep_point {
 
 struct sweep_result {
   sim_report unconstrained;
+  /// The bytes ratios are fractions of: none, the unconstrained replay's
+  /// peak reserved bytes; else these (e.g. another simulator's baseline).
+  std::optional<std::size_t> ratio_of;
   std::vector<policy_kind> policies;
   std::vector<double> ratios;
   /// points[p][r]: policies[p] at ratios[r].
@@ -34,7 +39,8 @@ std::size_t budget_for_ratio(const sim_report& unconstrained, double ratio);
 /// Runs the unconstrained replay, then every (policy, ratio) with `base`'s
 /// other options. Deterministic except policy_wall_ns.
 sweep_result run_sweep(const trace& t, const sim_options& base, const std::vector<double>& ratios,
-                       const std::vector<policy_kind>& policies);
+                       const std::vector<policy_kind>& policies,
+                       std::optional<std::size_t> ratio_of = std::nullopt);
 
 /// One run as "key: value" lines. Pure.
 std::string format_report(const sim_report& r);
@@ -44,5 +50,10 @@ std::string format_sweep_table(const sweep_result& s);
 /// ratio fits, and the slowdown at 0.5 and 0.3 (a Markdown table). Requires:
 /// ratios in descending order. Pure.
 std::string format_sweep_summary(const sweep_result& s);
+/// A Markdown table with one row per ratio and one slowdown column per
+/// policy ("no" where it does not fit), and, when `reference` has one figure
+/// per ratio, a column of those figures first ("OOM" for a figure <= 0). Pure.
+std::string format_slowdown_matrix(const sweep_result& s, const std::vector<double>& reference = {},
+                                   const std::string& reference_name = "reference");
 
 }  // namespace tp::sim

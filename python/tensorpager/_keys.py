@@ -21,7 +21,7 @@ KEY_TABLE: tuple[tuple[str, str, str], ...] = (
     ("host_budget", "size", "none"),
     ("host_fallback", "choice", "error"),
     ("max_split_size", "size", "none"),
-    ("policy", "choice", "lru"),
+    ("policy", "choice", "hybrid"),
     ("timeline", "path", ""),
     ("timeline_events", "count", "1048576"),
     ("record_trace", "path", ""),

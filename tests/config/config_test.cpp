@@ -114,7 +114,7 @@ TEST(Config, EmptyTextMeansAllDefaults) {
   EXPECT_FALSE(c.host_budget);
   EXPECT_EQ(c.host_fallback, tp::host_fallback_mode::error);
   EXPECT_FALSE(c.max_split_size);
-  EXPECT_EQ(c.policy, tp::policy_kind::lru);
+  EXPECT_EQ(c.policy, tp::policy_kind::hybrid);
   EXPECT_EQ(c.device, tp::device_kind::cuda);
   EXPECT_EQ(c.sim_capacity, 64 * GiB);
   EXPECT_EQ(c.timeline_events, std::size_t{1} << 20);

@@ -105,7 +105,9 @@ TEST(DtrPolicy, AdjacentVictimWinsATie) {
 // A step where tensor 0 is used at 0 and 10'000, tensor 1 at 100 and 300.
 step_record two_tensor_step() {
   step_record r;
-  r.tensors = {{1000, 500, true, {0, 10'000}}, {1000, 500, true, {100, 300}}};
+  r.tensors.resize(2);
+  r.tensors[0] = {1000, 500, true, {0, 10'000}, {}, {}};
+  r.tensors[1] = {1000, 500, true, {100, 300}, {}, {}};
   return r;
 }
 
@@ -137,63 +139,60 @@ TEST(CapuchinPolicy, WithoutARecordedStepComparesCosts) {
   EXPECT_EQ(p.choose(s.ctx(10))->action, eviction_action::drop);
 }
 
-// n cheap, recomputable tensors tracked in forward, used in reverse.
-step_record chain_step(int n, std::size_t bytes) {
-  step_record r;
-  std::int64_t t = 0;
-  for (int i = 0; i < n; ++i) {
-    r.tensors.push_back({bytes, 10, true, {t}});
-    r.events.push_back({step_event_kind::track, std::size_t(i), t});
-    t += 10;
-  }
-  for (int i = n - 1; i >= 0; --i) {
-    r.tensors[std::size_t(i)].uses_ns.push_back(t);
-    r.events.push_back({step_event_kind::access, std::size_t(i), t});
-    t += 10;
-  }
-  return r;
-}
-
-TEST(HybridPolicy, PlanBreaksRecomputeChainsUntilThePeakFitsTheBudget) {
-  const step_record r = chain_step(10, 1000);
-  planning_inputs in;
-  in.bandwidth = {.bytes_per_s = 1e9, .latency_ns = 0};
-  in.unmanaged_bytes = 500;
-  // Unconstrained, all drop: one chain of 10000 bytes.
-  const hybrid_plan loose = hybrid_policy::make_plan(r, in);
-  EXPECT_EQ(loose.planned_peak_bytes, 10'500u);
-  for (eviction_action a : loose.actions) EXPECT_EQ(a, eviction_action::drop);
-  in.budget_bytes = 3'600;
-  const hybrid_plan tight = hybrid_policy::make_plan(r, in);
-  EXPECT_TRUE(tight.fits);
-  EXPECT_LE(tight.planned_peak_bytes, 3'600u);
-  int swaps = 0;
-  for (eviction_action a : tight.actions) swaps += a == eviction_action::swap;
-  EXPECT_GT(swaps, 0);
-  EXPECT_LT(swaps, 10);
-  EXPECT_GT(tight.added_time_ns, loose.added_time_ns);
-}
-
-TEST(HybridPolicy, ReportsAPlanThatCannotFit) {
-  const step_record r = chain_step(4, 1000);
-  planning_inputs in;
-  in.budget_bytes = 900;  // below one tensor
-  EXPECT_FALSE(hybrid_policy::make_plan(r, in).fits);
-}
-
-TEST(HybridPolicy, WithoutARecordedStepBehavesLikeCapuchin) {
+// Note [Hybrid fallback]: a swap whose round trip hides under the gap to the
+// next use is cheaper than any recompute; one that cannot hide loses to a
+// cheap recompute.
+TEST(HybridPolicy, FallbackSwapsWhatHidesAndDropsWhatIsCheaperToRecompute) {
   scripted s;
-  s.add(1000, 0, 5000);
-  s.add(1000, 5, 100);
+  managed_tensor& far = s.add(1000, 0, 500);
+  managed_tensor& near = s.add(1000, 100, 500);
+  const step_record prev = two_tensor_step();
+  auto ctx = s.ctx(150, &prev, 150);
+  // Round trip 2000 ns; far's next use is 9850 ns away, near's 150 ns.
+  EXPECT_EQ(hybrid_policy::price(far, ctx).first, eviction_action::swap);
+  EXPECT_EQ(hybrid_policy::price(near, ctx).first, eviction_action::drop);
+  near.recompute_cost_ns = 0;
+  EXPECT_EQ(hybrid_policy::price(near, ctx).first, eviction_action::swap);
   hybrid_policy h;
-  capuchin_policy c;
+  const auto c = h.choose(ctx);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->victim, &far);  // oldest, and free to swap
+  EXPECT_EQ(c->action, eviction_action::swap);
+}
+
+// Note [Evicted neighbourhood]: DTR prices a drop by the evicted tensors its
+// replay would also need, so of two equal tensors it drops the one whose
+// neighbours are all resident.
+TEST(DtrPolicy, PricesTheEvictedNeighbourhoodAndOnlyDrops) {
+  scripted s;
+  managed_tensor& a = s.add(1000, 0, 100);
+  managed_tensor& b = s.add(1000, 0, 100);
+  managed_tensor& c = s.add(1000, 0, 100);
+  managed_tensor& parent_of_a = s.add(1000, 0, 5000);
+  const tensor_id pa[] = {parent_of_a.id};
+  lineage g;
+  g.add(parent_of_a.id, 5000, {});
+  g.add(a.id, 100, pa);
+  g.add(b.id, 100, {});
+  g.add(c.id, 100, {});
+  g.evicted(parent_of_a.id);  // dropped: a's replay would replay it too
+  s.set.remove(parent_of_a);
+  auto ctx = s.ctx(100);
+  ctx.graph = &g;
+  EXPECT_GT(dtr_policy::score(a, ctx), dtr_policy::score(b, ctx));
+  dtr_policy p(32);
   for (int i = 0; i < 2; ++i) {
-    const auto a = h.choose(s.ctx(10));
-    const auto b = c.choose(s.ctx(10));
-    EXPECT_EQ(a->victim, b->victim);
-    EXPECT_EQ(a->action, b->action);
-    s.set.remove(*a->victim);
+    const auto v = p.choose(ctx);
+    ASSERT_TRUE(v);
+    EXPECT_NE(v->victim, &a);
+    EXPECT_EQ(v->action, eviction_action::drop);
+    s.set.remove(*v->victim);
   }
+  EXPECT_EQ(p.choose(ctx)->victim, &a);
+  s.set.remove(a);
+  managed_tensor& swap_only = s.add(1000, 0, 0);
+  EXPECT_FALSE(p.choose(ctx).has_value()) << "DTR recomputes only: nothing to evict";
+  (void)swap_only;
 }
 
 TEST(EvictionPolicy, ParsesNamesAndRejectsUnknownOnes) {

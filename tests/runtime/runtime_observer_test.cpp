@@ -43,10 +43,13 @@ TEST(RuntimeObserver, SwapRoundTripSendsOffloadPrefetchAndTheStall) {
   ASSERT_TRUE(rt.offload(id));
   rig.clk.advance(5000);
   rt.poll();
-  rt.access(id);  // the copy back takes 1000 ns of the device's model: a stall
+  rt.access(id);  // the copy back takes 1000 ns of the device's model: late, a stall
+  EXPECT_EQ(rig.clk.now_ns(), 5000);  // the compute stream waits; the host did not
+  rig.clk.advance(1000);
+  rt.poll();  // sees the copy done: Note [Late copies] in transfer_engine.hpp
   rt.step();
-  ASSERT_EQ(obs.kinds(), (std::vector<kind>{kind::offload_begin, kind::offload_end, kind::prefetch_begin, kind::stall,
-                                            kind::prefetch_end, kind::step}));
+  ASSERT_EQ(obs.kinds(), (std::vector<kind>{kind::offload_begin, kind::offload_end, kind::prefetch_begin,
+                                            kind::prefetch_end, kind::stall, kind::step}));
   const runtime_event& begin = obs.events[0];
   EXPECT_EQ(begin.tensor, id);
   EXPECT_EQ(begin.address, block);
@@ -56,8 +59,9 @@ TEST(RuntimeObserver, SwapRoundTripSendsOffloadPrefetchAndTheStall) {
   EXPECT_EQ(obs.events[1].address, block);  // reported before the storage went back
   EXPECT_EQ(obs.events[1].detail, 0);
   EXPECT_EQ(obs.events[2].address, reinterpret_cast<std::uintptr_t>(b.device_ptr()));
-  EXPECT_EQ(obs.events[3].detail, 1000);
-  EXPECT_EQ(obs.events[3].stream, rig.compute);
+  EXPECT_EQ(obs.events[4].detail, 1000);  // the device's wait, from the access to the poll
+  EXPECT_EQ(obs.events[4].tensor, id);
+  EXPECT_EQ(obs.events[4].stream, rig.compute);
   EXPECT_EQ(obs.events[5].detail, 0);  // the first step's index
   EXPECT_EQ(obs.events[5].tensor, tensor_id{});
   rt.set_observer(nullptr);

@@ -95,7 +95,9 @@ TEST(Runtime, BlockIsNotReusedWhileItsOffloadCopyIsInFlight) {
   rig.dev.destroy_stream(*o.offload_stream);
 }
 
-TEST(RuntimeThreads, ReclaimWaitsForAHeldOffloadCopyBeforeReleasing) {
+// Note [Offload ordering]: reclaim gives A's block back at once, guarded by
+// its copy, and the allocator (not the runtime) waits before reusing it.
+TEST(RuntimeThreads, ReclaimReleasesAHeldOffloadStreamOrderedAndTheAllocatorWaitsForTheCopy) {
   runtime_rig rig({.budget = 24 * MiB});
   memory_runtime::options o;
   o.offload_stream = rig.dev.create_stream();
@@ -115,7 +117,7 @@ TEST(RuntimeThreads, ReclaimWaitsForAHeldOffloadCopyBeforeReleasing) {
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_FALSE(done.load()) << "memory was handed out while its offload copy was held";
-  EXPECT_NE(a.device_ptr(), nullptr);
+  EXPECT_EQ(a.device_ptr(), nullptr);  // released, stream-ordered behind the held copy
   rig.dev.release_stream(*o.offload_stream);
   t.join();
   EXPECT_EQ(rt.state(ida), tensor_state::on_host);
@@ -151,7 +153,9 @@ TEST(Runtime, EnsureResidentDuringOffloadTakesItBackWithoutWaiting) {
   rig.dev.destroy_stream(*o.offload_stream);
 }
 
-TEST(Runtime, RestoreWaitsOnTheCopyEventOnlyAndCountsTheStall) {
+// Note [Prefetch ordering]: the compute stream waits on the copy, the host
+// never does, and an unrelated held stream is not waited for either.
+TEST(Runtime, RestoreNeverBlocksTheHostAndTheComputeStreamWaitsForTheCopy) {
   runtime_rig rig({.latency_ns = 1000});
   memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk);
   fake_binding a(rig, 256 * KiB, 11);
@@ -167,12 +171,16 @@ TEST(Runtime, RestoreWaitsOnTheCopyEventOnlyAndCountsTheStall) {
   rig.dev.copy_async(dst, scratch.data(), scratch.size(), other);
   rig.dev.hold_stream(other);
   const std::int64_t t0 = rig.clk.now_ns();
+  const std::uint64_t syncs = rig.dev.host_syncs();
   rt.access(id);
-  EXPECT_EQ(rig.clk.now_ns() - t0, 1000);  // the copy's modelled time, nothing more
+  EXPECT_EQ(rig.clk.now_ns(), t0);  // the host did not wait
+  EXPECT_EQ(rig.dev.host_syncs(), syncs);
   const runtime_stats s = rt.stats();
   EXPECT_EQ(s.stalls, 1u);
-  EXPECT_EQ(s.stall_ns, 1000);
-  EXPECT_TRUE(a.verify());
+  EXPECT_EQ(s.late_copies, 1u);
+  EXPECT_EQ(s.stall_ns, 0);
+  EXPECT_TRUE(a.verify());  // synchronizes the compute stream: it waited on the copy
+  EXPECT_EQ(rig.clk.now_ns() - t0, 1000);  // the copy's modelled time, nothing more
   EXPECT_EQ(rig.dev.pending_ops(other), 1u);
   rig.dev.release_stream(other);
   rig.dev.synchronize(other);
@@ -267,89 +275,27 @@ TEST(Runtime, AStaleStorageStaysWhenTheHostPoolIsFull) {
   rt.check_invariants();
 }
 
-// Note [Recompute outside the lock]: a recompute (Python's replay, in torch)
-// may wait for another thread that needs the runtime meanwhile, as one
-// waits for Python's lock held by a thread that is untracking a tensor.
-class waiting_binding final : public storage_binding {
- public:
-  explicit waiting_binding(fake_binding& inner) : inner_(inner) {}
-  void* device_ptr() const override { return inner_.device_ptr(); }
-  void release_device() noexcept override { inner_.release_device(); }
-  void* allocate_device(std::size_t bytes) override { return inner_.allocate_device(bytes); }
-  void recompute() override {
-    auto done = std::make_shared<std::atomic<bool>>(false);
-    std::thread([this, done] {
-      (void)runtime->stats();  // takes the runtime's lock
-      done->store(true);
-    }).detach();
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!done->load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-    other_thread_got_in = done->load();
-    inner_.recompute();
-  }
-  memory_runtime* runtime = nullptr;
-  bool other_thread_got_in = false;
-
- private:
-  fake_binding& inner_;
-};
-
-TEST(RuntimeThreads, AnotherThreadUsesTheRuntimeWhileARecomputeRuns) {
-  runtime_rig rig;
-  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, with_policy(policy_kind::dtr));
-  fake_binding inner(rig, 1 * MiB, 5);
-  waiting_binding b(inner);
-  b.runtime = &rt;
-  const tensor_id id = rt.track(b, inner.bytes(), rig.compute, 1000);
-  ASSERT_EQ(rt.reclaim(1, rig.compute), inner.bytes());
-  rt.access(id);
-  EXPECT_TRUE(b.other_thread_got_in) << "the runtime held its lock through recompute()";
-  EXPECT_TRUE(inner.verify());
-  rt.check_invariants();
-}
-
-TEST(RuntimeThreads, ASecondThreadWaitsForTheRecomputeInFlight) {
-  runtime_rig rig;
-  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, with_policy(policy_kind::dtr));
-  fake_binding b(rig, 1 * MiB, 6);
-  class slow_binding final : public storage_binding {
-   public:
-    explicit slow_binding(fake_binding& inner) : inner_(inner) {}
-    void* device_ptr() const override { return inner_.device_ptr(); }
-    void release_device() noexcept override { inner_.release_device(); }
-    void* allocate_device(std::size_t bytes) override { return inner_.allocate_device(bytes); }
-    void recompute() override {
-      ++calls;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      inner_.recompute();
-    }
-    std::atomic<int> calls{0};
-
-   private:
-    fake_binding& inner_;
-  } slow(b);
-  const tensor_id id = rt.track(slow, b.bytes(), rig.compute, 1000);
-  ASSERT_EQ(rt.reclaim(1, rig.compute), b.bytes());
-  std::thread other([&] { rt.access(id); });
-  rt.access(id);
-  other.join();
-  EXPECT_EQ(slow.calls.load(), 1);  // one recompute; the other thread waited for it
-  EXPECT_TRUE(b.verify());
-  rt.check_invariants();
-}
-
-TEST(Runtime, UntrackWhileOffloadingWaitsForTheCopy) {
+// The copy still reads the storage the binding frees after untrack: the
+// allocator keeps it until the copy is done, and the host never waits.
+TEST(Runtime, UntrackWhileOffloadingGuardsTheStorageWithoutWaiting) {
   runtime_rig rig({.latency_ns = 2000});
   memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk);
   auto a = std::make_unique<fake_binding>(rig, 64 * KiB, 4);
+  void* const block = a->device_ptr();
   const tensor_id id = rt.track(*a, a->bytes(), rig.compute, 0);
   ASSERT_TRUE(rt.offload(id));
+  const std::uint64_t syncs = rig.dev.host_syncs();
   rt.untrack(id);
-  EXPECT_GE(rig.clk.now_ns(), 2000);
-  a.reset();  // frees the device storage: no copy may still read it
+  EXPECT_EQ(rig.clk.now_ns(), 0);
+  a.reset();  // frees the device storage while the copy still reads it
+  void* other = rig.alloc.allocate(64 * KiB, rig.compute);
+  EXPECT_NE(other, block) << "a block handed out while a copy still read it";
+  EXPECT_EQ(rig.dev.host_syncs(), syncs);
+  rig.clk.advance(2000);
   rt.poll();
   EXPECT_EQ(rig.host.stats().in_use_bytes, 0u);
   EXPECT_EQ(rt.stats().tracked, 0u);
+  rig.alloc.deallocate(other);
 }
 
 TEST(Runtime, UnknownIdIsRejected) {

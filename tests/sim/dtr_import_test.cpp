@@ -71,9 +71,11 @@ TEST(DtrImport, FollowsReferencesAliasesAndMutations) {
   (void)w;
   (void)b;
   EXPECT_EQ(t.compute_ns(), 132);
-  // a is mutated after relu produced it: relu cannot re-create it.
+  // a is written in place after relu produced it: a replay of relu and then
+  // of add_ re-creates it (Note [Recomputable storages]).
   const recompute_plan plan = recompute_plan::build(t);
-  EXPECT_FALSE(plan.recomputable[1]);
+  EXPECT_TRUE(plan.recomputable[1]);
+  EXPECT_EQ(plan.writers[1], std::vector<std::size_t>{2});
 }
 
 TEST(DtrImport, MalformedLogsNameTheLine) {

@@ -1,0 +1,105 @@
+// memory_runtime: carrying out a policy's step plan. Note [Runtime locking]
+// applies throughout.
+//
+// Note [Carrying out a plan]
+// With a policy that plans (hybrid, Note [Step plan] in step_planner.hpp),
+// the runtime follows the plan instead of prefetching a fixed distance ahead
+// and offloading on predicted growth. After each event of the step (track,
+// access, untrack) it
+//  - starts every planned departure that has come due (its leave_at has been
+//    recorded): an offload for a swap, a drop for a drop, once the tensor is
+//    resident and no operator pins it; one that is pinned is tried again
+//    after the next event, until its next use has come;
+//  - starts every planned prefetch that has come due, speculatively (Note
+//    [Prefetch never evicts]); one that finds no memory, or whose offload
+//    has not finished, is tried again after the next event, until its use.
+// A current tensor stands for a planned ordinal only with the same size
+// (Note [Step matching]). A swapped tensor's device block goes back when its
+// copy completes (poll), or stream-ordered if a reclaim needs it first
+// (Note [Offload ordering]), so carrying out a plan never blocks the host.
+// A planned drop whose storage was changed in place since its replay was
+// set up (storage_binding::can_recompute) is swapped instead, as reclaim()
+// does. What the plan did not foresee is left to reclaim() and the policy's
+// choose(). The work per event is the due entries only: O(1) amortised.
+
+#include "runtime/runtime.hpp"
+
+namespace tp {
+
+const step_plan* memory_runtime::active_plan_locked() const {
+  const step_plan* p = policy_->plan();
+  return p != nullptr && !p->empty() && recorder_.previous() != nullptr ? p : nullptr;
+}
+
+managed_tensor* memory_runtime::planned_tensor_locked(std::size_t ordinal) {
+  const step_record* prev = recorder_.previous();
+  if (prev == nullptr || ordinal >= by_ordinal_.size()) return nullptr;
+  const auto it = tensors_.find(to_underlying(by_ordinal_[ordinal]));
+  if (it == tensors_.end() || !prev->matches(ordinal, it->second->bytes)) return nullptr;
+  return it->second.get();
+}
+
+void memory_runtime::reset_plan_locked() {
+  plan_next_leave_ = 0;
+  plan_next_prefetch_ = 0;
+  plan_leaves_due_.clear();
+  plan_prefetches_due_.clear();
+}
+
+void memory_runtime::carry_out_plan_locked(const step_plan& plan) {
+  const std::size_t pos = recorder_.position();
+  if (pos == 0) return;
+  const std::size_t at = pos - 1;  // the event just recorded
+  while (plan_next_leave_ < plan.evictions.size() && plan.evictions[plan_next_leave_].leave_at <= at) {
+    plan_leaves_due_.push_back(plan_next_leave_++);
+  }
+  while (plan_next_prefetch_ < plan.prefetch_order.size() &&
+         plan.evictions[plan.prefetch_order[plan_next_prefetch_]].prefetch_at <= at) {
+    plan_prefetches_due_.push_back(plan.prefetch_order[plan_next_prefetch_++]);
+  }
+  std::size_t kept = 0;
+  for (const std::size_t k : plan_leaves_due_) {
+    const planned_eviction& pe = plan.evictions[k];
+    if (at >= pe.back_at) continue;  // its use has come: too late
+    managed_tensor* t = planned_tensor_locked(pe.ordinal);
+    if (t == nullptr || t->state != tensor_state::resident) continue;
+    if (!t->in_candidates) {
+      plan_leaves_due_[kept++] = k;  // pinned by the operator running now
+      continue;
+    }
+    if (!t->binding->can_release()) continue;
+    // A planned drop only of what a replay rebuilds as it is now (Note
+    // [Recompute reproduces one version] in hooks/runtime/saved_storage.hpp);
+    // else a swap.
+    if (pe.action == eviction_action::drop && t->recomputable() && t->binding->can_recompute()) {
+      ++stats_.evictions;
+      ++stats_.planned_evictions;
+      drop_locked(*t);
+      continue;
+    }
+    candidates_.remove(*t);
+    if (!engine_.start_offload(*t)) {
+      make_candidate(*t);  // the host pool is full: a reclaim decides
+      continue;
+    }
+    notify_locked(runtime_event_kind::eviction, t, 0);
+    in_flight_.push_back(t);
+    t->planned_away = true;
+    ++stats_.proactive_offloads;
+    ++stats_.planned_evictions;
+  }
+  plan_leaves_due_.resize(kept);
+  kept = 0;
+  for (const std::size_t k : plan_prefetches_due_) {
+    const planned_eviction& pe = plan.evictions[k];
+    if (at >= pe.back_at) continue;
+    managed_tensor* t = planned_tensor_locked(pe.ordinal);
+    if (t == nullptr) continue;
+    if (t->state == tensor_state::offloading || (t->state == tensor_state::on_host && !try_prefetch_locked(*t))) {
+      plan_prefetches_due_[kept++] = k;
+    }
+  }
+  plan_prefetches_due_.resize(kept);
+}
+
+}  // namespace tp
