@@ -16,6 +16,10 @@ GPU machine has no network). What this file adds to setuptools:
   when it is on PATH (and ``CMAKE_GENERATOR`` is unset). ``CMAKE_BUILD_TYPE``
   (default Release) and ``CMAKE_ARGS`` (extra arguments, split on blanks) are
   read from the environment.
+* ``TP_BUILD_DIR=<folder>``: use a CMake build folder already configured with
+  torch (``-DTP_WITH_TORCH=ON``) instead: its ``_C`` target is brought up to
+  date and the module copied from it (scripts/test.sh does this, so the
+  package it installs is the extension its tests ran against, built once).
 * ``build_py`` writes ``tensorpager.pth`` (one line,
   ``import tensorpager._startup``) to the root of the wheel, which installs it
   into site-packages: the start-up hook.
@@ -111,12 +115,16 @@ class cmake_build_ext(build_ext):
                 "'pip install --no-build-isolation .' so the extension is compiled against it."
             ) from None
 
-        build_dir = os.path.abspath(os.path.join(self.build_temp, "cmake"))
-        os.makedirs(build_dir, exist_ok=True)
         dest = os.path.abspath(self.get_ext_fullpath(ext.name))
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         if os.path.exists(dest):
             os.remove(dest)  # so a stale copy is never taken for the fresh build
+        configured = os.environ.get("TP_BUILD_DIR")
+        if configured:
+            self._from_configured_build(os.path.abspath(configured), ext, dest)
+            return
+        build_dir = os.path.abspath(os.path.join(self.build_temp, "cmake"))
+        os.makedirs(build_dir, exist_ok=True)
         nvcc = _find_nvcc()
         with_cuda = _flag("TP_WITH_CUDA")
         if with_cuda is None:
@@ -156,6 +164,18 @@ class cmake_build_ext(build_ext):
             built = self._find_module(build_dir, ext)
             shutil.copyfile(built, dest)
             shutil.copymode(built, dest)
+
+    def _from_configured_build(self, build_dir: str, ext: CMakeExtension, dest: str) -> None:
+        """TP_BUILD_DIR: brings the target up to date in a build folder the
+        developer configured with torch (scripts/test.sh's), and copies the
+        module from it, instead of configuring and compiling everything again."""
+        if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
+            raise SystemExit(f"setup.py: TP_BUILD_DIR={build_dir} is not a configured CMake build folder")
+        jobs = self.parallel or os.cpu_count() or 1
+        subprocess.run(["cmake", "--build", build_dir, "--target", ext.target, "--parallel", str(jobs)], check=True)
+        built = self._find_module(build_dir, ext)
+        shutil.copyfile(built, dest)
+        shutil.copymode(built, dest)
 
     @staticmethod
     def _find_module(build_dir: str, ext: CMakeExtension) -> str:

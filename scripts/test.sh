@@ -77,7 +77,9 @@ fi
 if [[ -d tests/python ]]; then
   step "Python package installed into build/venv (the real pip install and start-up hook)"
   [[ -x build/venv/bin/python ]] || "$PYTHON" -m venv --system-site-packages build/venv
-  build/venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps .
+  # TP_BUILD_DIR: the extension of step 1, not a second compile (setup.py).
+  TP_BUILD_DIR="$PWD/build" build/venv/bin/python -m pip install -q --disable-pip-version-check \
+    --no-build-isolation --no-deps .
 
   step "Python example under tp.budget (two steps of a torchvision ResNet-18 on the CPU)"
   if build/venv/bin/python -c "import torchvision" 2>/dev/null; then
