@@ -6,18 +6,16 @@
 
 #include <fmt/format.h>
 
+#include "config/text.hpp"
+
 namespace tp {
 namespace {
 
+using config_text::is_blank;
+using config_text::trim;
+
 constexpr std::array<std::string_view, 4> methods = {"pool2", "bf16", "fp8", "none"};
 
-bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_blank(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_blank(s.back())) s.remove_suffix(1);
-  return s;
-}
 
 bool is_method(std::string_view text) {
   return std::any_of(methods.begin(), methods.end(), [text](std::string_view m) {

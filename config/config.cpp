@@ -11,6 +11,7 @@
 #include "core/errors.hpp"
 #include "config/compress_spec.hpp"
 #include "config/parse_bytes.hpp"
+#include "config/text.hpp"
 
 // Reading configuration text: the key table and the choices' names,
 // parse_config and split_alloc_conf (Note [Configuration grammar] in
@@ -20,6 +21,10 @@
 
 namespace tp {
 namespace {
+
+using config_text::iequals;
+using config_text::is_blank;
+using config_text::trim;
 
 // The key table (config.hpp, config_keys()). Parsing dispatches on these
 // names; a test checks every row parses its own default.
@@ -38,7 +43,7 @@ constexpr std::array<config_key_info, 12> key_table = {{
      "copies)."},
     {"max_split_size", "size", "a size >= 20MiB, or none", "none",
      "Cached blocks larger than this are never split (as PyTorch's max_split_size_mb)."},
-    {"policy", "choice", "lru, dtr, capuchin, hybrid", "hybrid",
+    {"policy", "choice", "lru, dtr, capuchin, hybrid", to_string(default_policy),
      "Eviction policy: LRU, DTR's score, Capuchin's swap-or-recompute, or hybrid (the default: it plans "
      "swaps and recomputes from the step before, and beats DTR's own simulator on DTR's logs: "
      "bench/results/sim_dtr.md)."},
@@ -88,20 +93,6 @@ constexpr std::array<choice<device_kind>, 2> device_choices = {{
     {"cpu", device_kind::cpu},
 }};
 
-bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_blank(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_blank(s.back())) s.remove_suffix(1);
-  return s;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
 
 template <typename E, std::size_t N>
 std::string_view name_of(const std::array<choice<E>, N>& choices, E v) {

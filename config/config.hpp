@@ -81,7 +81,7 @@ struct config {
   std::optional<std::size_t> host_budget;       ///< none: no cap beyond what the OS allows
   host_fallback_mode host_fallback = host_fallback_mode::error;
   std::optional<std::size_t> max_split_size;    ///< none: unlimited; else >= min_max_split_size
-  policy_kind policy = policy_kind::hybrid;  ///< best in the simulator's sweeps (bench/results/sim_dtr.md)
+  policy_kind policy = default_policy;
   std::string timeline;                         ///< empty: no timeline file
   std::size_t timeline_events = std::size_t{1} << 20;  ///< the timeline's cap on events, > 0
   std::string record_trace;                     ///< empty: no trace file

@@ -11,6 +11,7 @@
 #include "core/errors.hpp"
 #include "config/compress_spec.hpp"
 #include "config/parse_bytes.hpp"
+#include "config/text.hpp"
 
 // Writing configuration out as text: a config as the grammar reads it back
 // (Note [Configuration grammar] in config.hpp), and the key table as Markdown.
@@ -19,15 +20,11 @@
 namespace tp {
 namespace {
 
+using config_text::is_blank;
+using config_text::trim;
+
 // The blanks parse_config trims (config.cpp): a path that starts or ends with
 // one would not read back as written.
-bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_blank(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_blank(s.back())) s.remove_suffix(1);
-  return s;
-}
 
 }  // namespace
 

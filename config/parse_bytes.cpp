@@ -8,29 +8,18 @@
 
 #include <fmt/format.h>
 
+#include "config/text.hpp"
+
 namespace tp {
 namespace {
 
+using config_text::iequals;
+using config_text::is_blank;
+using config_text::trim;
+
 constexpr std::size_t size_max = std::numeric_limits<std::size_t>::max();
 
-bool is_blank(char c) noexcept { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
-
-std::string_view trim(std::string_view s) noexcept {
-  while (!s.empty() && is_blank(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_blank(s.back())) s.remove_suffix(1);
-  return s;
-}
-
-bool iequals(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const auto x = std::tolower(static_cast<unsigned char>(a[i]));
-    const auto y = std::tolower(static_cast<unsigned char>(b[i]));
-    if (x != y) return false;
-  }
-  return true;
-}
 
 struct unit_entry {
   std::string_view name;

@@ -7,6 +7,11 @@ namespace tp {
 
 enum class policy_kind : unsigned char { lru, dtr, capuchin, hybrid };
 
+/// The policy when none is named: the one constant every default (the
+/// `policy` key, the runtime's and a budget session's options, tp-sim)
+/// refers to. hybrid is best in the simulator's sweeps (bench/results/sim_dtr.md).
+inline constexpr policy_kind default_policy = policy_kind::hybrid;
+
 /// "lru", "dtr", "capuchin", "hybrid". Pure.
 constexpr const char* to_string(policy_kind k) noexcept {
   switch (k) {

@@ -122,7 +122,7 @@
 namespace tp {
 
 struct memory_runtime_options {
-  policy_kind policy = policy_kind::hybrid;
+  policy_kind policy = default_policy;
   std::size_t sample_size = 32;  ///< k of the sampling policies
   bandwidth_model bandwidth{};   ///< for planning only
   std::optional<stream_id> offload_stream;   ///< none: the runtime creates one

@@ -25,7 +25,7 @@ struct cli_args {
   std::vector<double> reference;        ///< --reference: figures beside the sweep's
   std::optional<double> ratio;
   std::optional<std::size_t> budget_bytes;
-  policy_kind policy = policy_kind::hybrid;
+  policy_kind policy = default_policy;
   bool sweep = false;
   std::string plot;
   std::string title;

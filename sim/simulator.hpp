@@ -60,7 +60,7 @@ inline constexpr std::int64_t pcie5_latency_ns = 5'000;
 
 struct sim_options {
   std::optional<std::size_t> budget_bytes;  ///< none: unconstrained
-  policy_kind policy = policy_kind::hybrid;
+  policy_kind policy = default_policy;
   double bandwidth_bytes_per_s = pcie5_x16_bytes_per_s;  ///< > 0
   std::int64_t latency_ns = pcie5_latency_ns;            ///< >= 0
   /// Multiplies every recorded time (e.g. CPU times to an estimated GPU's).
@@ -81,7 +81,7 @@ struct sim_report {
   bool fits = true;
   std::string failure;  ///< why it did not fit (the out-of-memory message)
   std::optional<std::size_t> budget_bytes;
-  policy_kind policy = policy_kind::hybrid;
+  policy_kind policy = default_policy;
   std::size_t peak_reserved = 0;   ///< reserved_bytes.all.peak, every replay
   std::size_t peak_allocated = 0;  ///< allocated_bytes.all.peak
   /// 1 - peak_allocated / peak_reserved: what the cache strands at its worst.

@@ -40,7 +40,7 @@ class saved_storage;
 class budget_session : public std::enable_shared_from_this<budget_session> {
  public:
   struct options {
-    policy_kind policy = policy_kind::hybrid;
+    policy_kind policy = default_policy;
     bool prefetch_ahead = true;
   };
 
