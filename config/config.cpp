@@ -271,12 +271,6 @@ std::vector<std::string_view> split_entries(std::string_view text, bool bracket_
 
 }  // namespace
 
-std::vector<std::string_view> inert_settings(const config& /*cfg*/) {
-  // Every key is acted on in this version; a key added before the code that
-  // uses it is listed here until then.
-  return {};
-}
-
 std::span<const config_key_info> config_keys() noexcept { return key_table; }
 
 const config_key_info* find_config_key(std::string_view name) noexcept {

@@ -93,10 +93,6 @@ struct config {
   friend bool operator==(const config&, const config&) = default;
 };
 
-/// The keys set to a non-default value that this version accepts but does
-/// not act on yet (the runtime that uses them has not landed), by name.
-std::vector<std::string_view> inert_settings(const config& cfg);
-
 /// The smallest max_split_size accepted, as PyTorch's max_split_size_mb (its
 /// large-block threshold, 20 MiB).
 inline constexpr std::size_t min_max_split_size = std::size_t{20} << 20;

@@ -63,21 +63,6 @@ allocator_control& installed_locked(registry& r) {
   return *r.active;
 }
 
-/// Says once per process which settings are accepted but not acted on yet, so
-/// that a user who sets them is not misled by silence.
-void warn_inert_settings(const tp::config& cfg) {
-  static std::once_flag once;
-  const auto inert = tp::inert_settings(cfg);
-  if (inert.empty()) return;
-  std::call_once(once, [&] {
-    std::string names;
-    for (const auto& n : inert) names += (names.empty() ? "" : ", ") + std::string(n);
-    std::fprintf(stderr,
-                 "tensorpager: %s accepted but not used yet by this version (see README, 'Configuration')\n",
-                 names.c_str());
-  });
-}
-
 std::string quoted(const std::string& text) { return text.empty() ? "'' (every default)" : "'" + text + "'"; }
 
 }  // namespace
@@ -104,7 +89,6 @@ void install(const std::string& conf) {
   if (cfg.device == tp::device_kind::cpu && cfg.budget) {
     (void)cfg.budget->resolve_for_device(cfg.sim_capacity, tp::hooks::simulated_device_name);
   }
-  warn_inert_settings(cfg);
   tp::hooks::check_timeline_config(cfg);
   tp::hooks::check_output_path("timeline:", cfg.timeline, /*timeline_format=*/true);
   tp::hooks::check_output_path("record_trace:", cfg.record_trace, /*timeline_format=*/false);

@@ -422,14 +422,4 @@ TEST(Budget, ResolvesForADeviceAndRefusesWhatCannotWork) {
   EXPECT_THROW((void)tiny_ratio.budget->resolve_for_device(1024, "gpu0"), tp::config_error);
 }
 
-TEST(Config, NamesSettingsThatAreAcceptedButNotActedOnYet) {
-  EXPECT_TRUE(tp::inert_settings(tp::parse_config("budget:1GiB,max_split_size:64MiB", "test")).empty());
-  EXPECT_TRUE(tp::inert_settings(tp::parse_config("compress:bf16,timeline_events:10,timeline:a.txt", "test")).empty());
-  // Every key acts now: policy, host_budget and host_fallback in the budget
-  // runtime, record_trace in python/tensorpager/trace.py.
-  EXPECT_TRUE(tp::inert_settings(
-                  tp::parse_config("policy:dtr,host_budget:1GiB,host_fallback:pageable,record_trace:t.json", "test"))
-                  .empty());
-}
-
 }  // namespace
