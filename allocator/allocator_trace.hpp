@@ -7,7 +7,9 @@
 // profiler can export them unchanged: alloc; free_requested (deallocate was
 // called); free_completed (the block became reusable: at once, or after the
 // stream events of record_stream); segment_alloc / segment_free (memory from
-// or back to the device); oom. budget_change and reclaim are tensorpager's.
+// or back to the device); segment_map / segment_unmap (granules mapped into or
+// unmapped from an expandable segment: address and bytes give the range);
+// oom. budget_change and reclaim are tensorpager's.
 // `free` is free_requested and free_completed folded into one record: written
 // when deallocate finds no stream uses pending, which is the common case, so
 // the fast path (allocate + free) costs two records, not three.
@@ -57,6 +59,10 @@ enum class allocator_event_kind : unsigned char {
   budget_change,
   reclaim,
   free,  ///< free_requested + free_completed at once; totals after both
+  /// Granules mapped into / unmapped from an expandable segment (PyTorch's
+  /// segment_map / segment_unmap); Note [Expandable segments].
+  segment_map,
+  segment_unmap,
 };
 
 const char* to_string(allocator_event_kind k);
@@ -69,7 +75,8 @@ struct allocator_record {
   /// alloc/free*: the block's size; segment_*: the segment's; oom: bytes
   /// requested; budget_change: the new budget (0: none); reclaim: bytes asked.
   std::uint64_t bytes = 0;
-  /// alloc: bytes requested; reclaim: bytes the reclaimer freed; else 0.
+  /// alloc: bytes requested; reclaim: bytes the reclaimer freed;
+  /// segment_map/unmap: the base of the expandable segment; else 0.
   std::uint64_t detail = 0;
   std::int64_t allocated_bytes = 0;  ///< totals after the event
   std::int64_t reserved_bytes = 0;

@@ -20,6 +20,55 @@
 // max_reclaim_rounds times: freed bytes can be scattered through segments
 // still partly in use); and only then throws tp::out_of_memory. Waiting and reclaiming happen with
 // the lock released, so other threads (and the reclaimer itself) can free.
+// With expandable segments, "releases" means unmapping free granules, and it
+// comes before the reclaimer in every round: Note [Expandable segments].
+//
+// Note [Allocator-aware eviction]
+// The reclaimer is asked for bytes, but what a request needs is usable
+// bytes: a free range large enough in its own stream and pool, or memory the
+// allocator can release to grow one (whole granules of an expandable
+// segment, a wholly free plain segment). Evicting a tensor whose block sits
+// among blocks in use frees bytes that serve nothing (Coop, Zhang et al.,
+// 2022). So the allocator says, for the request a reclaim runs for
+// (current_reclaim(), recorded per thread around each reclaimer call), what
+// freeing one more block would make usable, given the victims already chosen
+// in this call (usable_if_freed): the runtime's allocator-aware victim choice
+// (runtime/allocator_aware_eviction.hpp) prefers the tensors with the most.
+//
+// Note [Expandable segments]
+// PyTorch's expandable_segments, built on the device's virtual-memory calls
+// (reserve / try_map / unmap / release). Each (stream, pool) owns a reserved
+// address range, as large as the device (9/8 of it, as PyTorch reserves, at
+// most 256 GiB), and grows by mapping granules (device::granularity(): 2 MiB
+// on CUDA) where a request needs them; reserved bytes are mapped bytes, and
+// the budget caps them. Blocks there are mapped (allocated or free, as in a
+// plain segment) or unmapped (address space only, granule-aligned, kept in
+// the segment's `unmapped` set, never in a pool, never merged with mapped
+// ones). Every remainder of a split is kept (should_split's expandable rule).
+//   Growth: when no cached block fits, the cheapest place to map is chosen
+// among the segment's unmapped blocks U (plan_growth): the prefix of U after
+// a free mapped block L (L + part of U), the suffix of U before a free mapped
+// block R, or all of U between L and R; cost = the granules to map. The
+// mapped range merges with L and R into one free block that serves the
+// request; a new segment is reserved only when no U has room.
+//   Pressure: a free mapped block's whole granules can be unmapped, and that
+// physical memory mapped where the request needs it. When growth does not
+// fit the budget (or the device), make_room() unmaps free granules elsewhere,
+// largest free blocks first, sparing the blocks the plan builds on, until the
+// plan fits; only then is the reclaimer asked, for what is still missing.
+// Partly used granules stay mapped: what an expandable segment cannot give
+// back is at most one granule per free range.
+//   Less than a granule: when the budget has room for a request but not for
+// the granules it would map (a budget of 1 MiB, a 4 KiB tensor), the request
+// gets a plain segment of its own size (allocate_plain_fallback); plain
+// segments are released when wholly free, as always.
+//   Accounting: reserved_bytes counts mapped bytes; `segment` counts mapped
+// ranges (a snapshot shows each contiguous mapped range as a segment, as
+// PyTorch's does); num_device_alloc / num_device_free count map / unmap
+// calls; each call is a segment_map / segment_unmap record (Note [Allocator
+// events]). empty_cache() unmaps every free granule and releases segments
+// with nothing mapped. Unmapping waits for the device's work on the range
+// (device.hpp), like freeing a plain segment does.
 
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +77,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -42,12 +92,24 @@
 
 namespace tp {
 
+/// The allocation a reclaim is running for (Note [Allocator-aware eviction]).
+struct reclaim_request {
+  std::size_t size = 0;  ///< the block size asked for (rounded)
+  stream_id stream{};
+  /// Counts the allocator's calls to the reclaimer: a new value, a new call
+  /// (never reset, unlike the num_reclaims statistic).
+  std::uint64_t call = 0;
+};
+
 struct caching_allocator_options {
   /// Cap on reserved bytes; none means only the device's memory limits it.
   std::optional<std::size_t> budget;
   /// Cached blocks of this size or more are never split (PyTorch's
   /// max_split_size_mb). The default, SIZE_MAX, splits everything.
   std::size_t max_split_size = SIZE_MAX;
+  /// Note [Expandable segments]. Requires a device with virtual memory
+  /// (device::granularity() must not throw).
+  bool expandable_segments = false;
 };
 
 /// A caching allocator for one device.
@@ -109,6 +171,23 @@ class caching_allocator {
   /// The size of the block behind an allocated pointer, or 0 if unknown.
   std::size_t allocation_size(const void* ptr) const;
 
+  /// The request whose reclaim runs on the calling thread, inside a
+  /// reclaimer::reclaim() call this allocator made; nullopt elsewhere.
+  std::optional<reclaim_request> current_reclaim() const;
+  /// Note [Allocator-aware eviction]: the bytes that freeing the allocated
+  /// block at `ptr` would make usable for request `r`, when the allocated
+  /// blocks at `also` (victims already chosen) are freed too: whole granules
+  /// it lets an expandable segment unmap (a whole plain segment it lets the
+  /// allocator release), or r.size when the free range it completes serves r
+  /// as it is. 0 for a pointer this allocator does not hold.
+  std::size_t usable_if_freed(const void* ptr, const std::vector<const void*>& also,
+                              const reclaim_request& r) const;
+  /// The most bytes allocated at once since the previous call (or since
+  /// construction), and restarts the count from what is allocated now. For
+  /// one reader (the runtime's Note [Resident floor]); stats() peaks are
+  /// untouched.
+  std::size_t take_allocated_high_water();
+
   allocator_stats stats() const;
   void reset_peak_stats();
   void reset_accumulated_stats();
@@ -119,6 +198,7 @@ class caching_allocator {
 
   device& dev() const { return device_; }
   std::size_t max_split_size() const { return max_split_size_; }
+  bool expandable_segments() const { return expandable_; }
 
  private:
   using lock_type = std::unique_lock<std::mutex>;
@@ -127,24 +207,61 @@ class caching_allocator {
     detail::block* block;
   };
 
+  /// Where an expandable segment would grow for a request (Note
+  /// [Expandable segments]): map [begin, end) inside `unmapped`, building on
+  /// the free mapped neighbours `left` / `right` (nullptr: not used).
+  /// `unmapped` is nullptr for a new segment; cost = end - begin.
+  struct growth_plan {
+    detail::segment* seg = nullptr;
+    detail::block* unmapped = nullptr;
+    detail::block* left = nullptr;
+    detail::block* right = nullptr;
+    std::uintptr_t begin = 0;
+    std::uintptr_t end = 0;
+    std::size_t cost() const { return end - begin; }
+  };
+
+  // caching_allocator_blocks.cpp: the pools, plain segments, the budget.
   detail::block* try_allocate_block(std::size_t size, stream_id stream);
   detail::block* take_free_block(pool_kind pool, std::size_t size, stream_id stream);
   detail::block* allocate_segment(pool_kind pool, std::size_t size, stream_id stream);
   bool fits_budget(std::size_t bytes) const;
-  std::size_t shortfall(std::size_t size) const;
+  std::size_t headroom() const;
+  std::size_t shortfall(std::size_t size, stream_id stream) const;
   void* hand_out(detail::block* b, std::size_t size, std::size_t requested);
   void free_block(detail::block* b, allocator_event_kind kind);
+  void cache_block(detail::block* b);
   void merge_into(detail::block* b, detail::block* neighbour);
+  void absorb(detail::block* b, detail::block* neighbour);
+  void pool_insert(detail::block* b);
+  void pool_erase(detail::block* b);
+  std::size_t release_cached_segments();
+  void make_room(std::size_t size, stream_id stream);
+  detail::block* allocate_plain_fallback(std::size_t size, stream_id stream);
+  // caching_allocator_events.cpp: stream-ordered frees.
+  event_id take_event();
   void insert_events(detail::block* b);
   void process_events();
   void wait_for_pending_events(lock_type& lock);
-  std::size_t release_cached_segments();
+  // caching_allocator_expandable.cpp: Note [Expandable segments].
+  std::optional<growth_plan> plan_growth(pool_kind pool, std::size_t size, stream_id stream) const;
+  detail::block* grow_expandable(pool_kind pool, std::size_t size, stream_id stream);
+  detail::block* map_range(const growth_plan& plan);
+  std::size_t unmap_free_granules(std::size_t want, const growth_plan* spare);
+  void unmap_interior(detail::block* b, std::uintptr_t begin, std::uintptr_t end);
+  detail::block* merge_unmapped(detail::block* u);
+  void release_empty_expandable_segments();
+  void destroy_expandable_segment(detail::segment& seg) noexcept;
+  void count_mapped_ranges(const detail::block* b, bool mapping);
+  // caching_allocator.cpp and caching_allocator_inspection.cpp
   void check_stream(stream_id stream);
+  void forget_reclaim(std::thread::id me);
   std::size_t largest_free_block_locked() const;
+  static segment_snapshot snapshot_range(const detail::segment& seg, const detail::block* first,
+                                         const detail::block* end, std::size_t total);
   [[noreturn]] void throw_oom(std::size_t bytes, stream_id stream, std::size_t reclaimed,
                               bool larger_than_device);
   detail::block_pool& pool_of(pool_kind p) { return p == pool_kind::small ? small_blocks_ : large_blocks_; }
-  event_id take_event();
   /// Records an event when a trace is attached (Note [Allocator trace]):
   /// inline, since it runs inside every allocate and free.
   void notify(allocator_event_kind kind, const detail::block* b, std::size_t bytes, std::size_t detail = 0,
@@ -168,6 +285,9 @@ class caching_allocator {
   device& device_;
   const std::size_t max_split_size_;
   const std::size_t device_total_;
+  const bool expandable_;
+  const std::size_t granularity_;       // expandable: the device's map granule; else 0
+  const std::size_t reservation_size_;  // expandable: the address space of a new segment
 
   mutable std::mutex mutex_;
   std::optional<std::size_t> budget_;
@@ -184,6 +304,10 @@ class caching_allocator {
   std::vector<event_id> free_events_;
   std::vector<event_id> all_events_;
   allocator_stats stats_;
+  std::int64_t high_water_ = 0;  // take_allocated_high_water()
+  /// current_reclaim(): the threads inside a reclaim, and their requests.
+  std::vector<std::pair<std::thread::id, reclaim_request>> reclaiming_;
+  std::uint64_t reclaim_calls_ = 0;  // reclaim_request::call; never reset, unlike stats_
 };
 
 }  // namespace tp

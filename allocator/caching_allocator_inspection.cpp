@@ -34,6 +34,7 @@ void caching_allocator::throw_oom(std::size_t bytes, stream_id stream, std::size
   f.reclaimed = reclaimed;
   if (reclaimer_ != nullptr) f.reclaimer_account = reclaimer_->describe();
   f.larger_than_device = larger_than_device;
+  f.expandable_segments = expandable_;
   notify(allocator_event_kind::oom, nullptr, bytes, 0, stream);
   throw out_of_memory(format_oom_message(f));
 }
@@ -49,6 +50,8 @@ const char* to_string(allocator_event_kind k) {
     case allocator_event_kind::budget_change: return "budget_change";
     case allocator_event_kind::reclaim: return "reclaim";
     case allocator_event_kind::free: return "free";
+    case allocator_event_kind::segment_map: return "segment_map";
+    case allocator_event_kind::segment_unmap: return "segment_unmap";
   }
   return "unknown";
 }
@@ -70,39 +73,66 @@ void caching_allocator::reset_accumulated_stats() {
   stats_.reset_accumulated();
 }
 
+std::size_t caching_allocator::take_allocated_high_water() {
+  std::lock_guard lock(mutex_);
+  const std::int64_t now = stats_.allocated_bytes.all().current;
+  const std::int64_t high = std::max(high_water_, now);
+  high_water_ = now;
+  return static_cast<std::size_t>(high);
+}
+
 std::size_t caching_allocator::largest_free_block() const {
   std::lock_guard lock(mutex_);
   return largest_free_block_locked();
 }
 
+// A plain segment is one snapshot segment; an expandable one gives one per
+// mapped range (Note [Expandable segments]).
 std::vector<segment_snapshot> caching_allocator::snapshot() const {
   std::lock_guard lock(mutex_);
   std::vector<segment_snapshot> out;
   out.reserve(segments_.size());
   for (const auto& [address, seg] : segments_) {
-    segment_snapshot s;
-    s.address = address;
-    s.total_size = seg->size;
-    s.stream = seg->stream;
-    s.pool = seg->pool;
-    for (const block* b = seg->first; b != nullptr; b = b->next) {
-      block_snapshot bs;
-      bs.address = b->address;
-      bs.size = b->size;
-      bs.requested_size = b->requested;
-      bs.state = b->allocated            ? block_state::active_allocated
-                 : b->pending_events > 0 ? block_state::active_pending_free
-                                         : block_state::inactive;
-      if (b->allocated) {
-        s.allocated_size += b->size;
-        s.requested_size += b->requested;
+    for (const block* first = seg->first; first != nullptr;) {
+      if (!first->mapped) {
+        first = first->next;
+        continue;
       }
-      if (bs.state != block_state::inactive) s.active_size += b->size;
-      s.blocks.push_back(bs);
+      const block* end = first;
+      std::size_t total = 0;
+      for (; end != nullptr && end->mapped; end = end->next) total += end->size;
+      out.push_back(snapshot_range(*seg, first, end, total));
+      first = end;
     }
-    out.push_back(std::move(s));
   }
   return out;
+}
+
+// Requires: [first, end) are the mapped blocks of one range of seg, total bytes.
+segment_snapshot caching_allocator::snapshot_range(const detail::segment& seg, const block* first,
+                                                   const block* end, std::size_t total) {
+  segment_snapshot s;
+  s.address = first->address;
+  s.total_size = total;
+  s.stream = seg.stream;
+  s.pool = seg.pool;
+  s.expandable = seg.expandable;
+  for (const block* b = first; b != end; b = b->next) {
+    block_snapshot bs;
+    bs.address = b->address;
+    bs.size = b->size;
+    bs.requested_size = b->requested;
+    bs.state = b->allocated            ? block_state::active_allocated
+               : b->pending_events > 0 ? block_state::active_pending_free
+                                       : block_state::inactive;
+    if (b->allocated) {
+      s.allocated_size += b->size;
+      s.requested_size += b->requested;
+    }
+    if (bs.state != block_state::inactive) s.active_size += b->size;
+    s.blocks.push_back(bs);
+  }
+  return s;
 }
 
 }  // namespace tp

@@ -42,8 +42,12 @@ std::string format_oom_message(const oom_figures& f) {
     msg += has_runtime ? "." : "; or let tensorpager swap activations to host memory and recompute them to stay under "
                                "it: wrap the training loop in `with tensorpager.budget(...)` (Python) or a "
                                "`tensorpager::budget_scope` (C++).";
+  } else if (fragmented && !f.expandable_segments) {
+    msg += " Hint: 'expandable_segments:True' lets free memory be unmapped and mapped where it is needed (a "
+           "smaller 'max_split_size' also keeps large blocks whole).";
   } else if (fragmented) {
-    msg += " Hint: a smaller 'max_split_size' keeps large blocks whole.";
+    msg += " Hint: the free memory is in granules shared with blocks in use; free or evict those tensors, or "
+           "reduce the batch size.";
   } else {
     msg += " Hint: the device itself is full; free tensors or reduce the batch size.";
   }

@@ -23,6 +23,7 @@ struct oom_figures {
   std::size_t reclaimed = 0;           // bytes the reclaimer freed this time
   std::string reclaimer_account;       // reclaimer::describe(), may be empty
   bool larger_than_device = false;
+  bool expandable_segments = false;    // Note [Expandable segments] in caching_allocator.hpp
 };
 
 /// Formats the message of a tp::out_of_memory. Pure.

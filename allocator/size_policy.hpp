@@ -55,11 +55,15 @@ constexpr std::size_t min_segment_size(std::size_t size) {
 }
 
 /// Whether a free block of `block` bytes serving a request of `size` bytes
-/// should be split, leaving the remainder in the cache.
+/// should be split, leaving the remainder in the cache. In an expandable
+/// segment every remainder of min_block_size or more is split off, as
+/// PyTorch does: a block there is carved to fit, and what is left stays
+/// usable (or unmappable, Note [Expandable segments] in caching_allocator.hpp)
+/// instead of riding along with the allocation.
 constexpr bool should_split(pool_kind pool, std::size_t block, std::size_t size,
-                            std::size_t max_split_size) {
+                            std::size_t max_split_size, bool expandable = false) {
   const std::size_t remaining = block - size;
-  if (pool == pool_kind::small) return remaining >= min_block_size;
+  if (pool == pool_kind::small || expandable) return remaining >= min_block_size;
   return size < max_split_size && remaining > small_size;
 }
 

@@ -43,9 +43,17 @@ inline void pin_malloc_thresholds() {
 /// allocator or the device directly, never both, so neither sees the other's
 /// memory. Not thread-safe to construct; both members are thread-safe.
 struct rig {
+  /// expandable: the allocator uses expandable segments (Note [Expandable
+  /// segments] in caching_allocator.hpp); else plain segments.
+  explicit rig(bool expandable = false) : cached(dev, options(expandable)) {}
+  static caching_allocator::options options(bool expandable) {
+    caching_allocator::options o;
+    o.expandable_segments = expandable;
+    return o;
+  }
   manual_clock clk;  // nothing here waits on streams or copies
   simulated_device dev{simulated_device::options{.capacity_bytes = std::size_t{4} << 30}, clk};
-  caching_allocator cached{dev};
+  caching_allocator cached;
 };
 
 /// The caching allocator, as a Source (allocate(bytes), deallocate(ptr, bytes)).

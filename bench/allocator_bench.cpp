@@ -2,7 +2,9 @@
 // the uncached upstream (the device's own try_allocate/deallocate) in the
 // same run. Four workloads: the cached fast path per size, a mixed-size
 // steady state, a training-like trace (with fragmentation at peak) and the
-// fast path from several threads. Google Benchmark's pass comes first; then a
+// fast path from several threads. A second table runs the first three with
+// expandable segments beside plain segments (Note [Expandable segments] in
+// caching_allocator.hpp), in the same pass. Google Benchmark's pass comes first; then a
 // pass of our own (median of 15 timed batches per case) prints the summary
 // table. `--summary_only` skips Google Benchmark's pass, `--no_summary` the
 // summary pass (to profile one --benchmark_filter case). See bench/README.md.
@@ -25,6 +27,7 @@
 #include "bench/allocation_sources.hpp"
 #include "bench/mixed_sizes.hpp"
 #include "bench/summary_table.hpp"
+#include "bench/trace_quality_replay.hpp"
 #include "bench/training_trace.hpp"
 #include "core/format_bytes.hpp"
 
@@ -40,12 +43,17 @@ constexpr int gbench_repetitions = 10;
 constexpr double gbench_min_time_s = 0.1;
 constexpr int trace_quality_steps = 4;
 
-enum class via { cached, upstream };
+/// cached: plain segments; expandable: expandable segments; upstream: the device.
+enum class via { cached, upstream, expandable };
 
-/// Calls f with the Source for `how` over r.
+const char* name_of(via how) {
+  return how == via::cached ? "cached" : how == via::upstream ? "upstream" : "expandable";
+}
+
+/// Calls f with the Source for `how` over r (a rig made with rig(how == via::expandable)).
 template <class F>
 decltype(auto) with_source(rig& r, via how, F&& f) {
-  if (how == via::cached) {
+  if (how != via::upstream) {
     cached_source s{r.cached};
     return f(s);
   }
@@ -78,51 +86,16 @@ const training_trace& the_trace() {
   return t;
 }
 
-/// The caching allocator as a Source that reads stats() after every call,
-/// to find the moment of peak allocated bytes. Far too slow to time.
-struct peak_tracking_source {
-  caching_allocator& alloc;
-  trace_quality& q;
-  void* allocate(std::size_t bytes) {
-    void* p = alloc.allocate(bytes);
-    observe();
-    return p;
-  }
-  void deallocate(void* p, std::size_t /*bytes*/) {
-    alloc.deallocate(p);
-    observe();
-  }
-  void observe() {
-    const allocator_stats s = alloc.stats();
-    const auto allocated = static_cast<std::size_t>(s.allocated_bytes.all().current);
-    if (allocated > q.peak_allocated) {
-      q.peak_allocated = allocated;
-      q.reserved_at_peak = static_cast<std::size_t>(s.reserved_bytes.all().current);
-    }
-    q.peak_reserved = static_cast<std::size_t>(s.reserved_bytes.all().peak);
-  }
-};
-
-/// Replays trace_quality_steps steps on a fresh allocator, untimed.
-trace_quality measure_trace_quality() {
-  rig r;
-  trace_quality q;
-  peak_tracking_source src{r.cached, q};
-  const training_trace& t = the_trace();
-  std::vector<void*> ptrs(t.slots);
-  for (int step = 0; step < trace_quality_steps; ++step) replay_step(t, src, ptrs);
-  return q;
-}
-
-const trace_quality& the_trace_quality() {
-  static const trace_quality q = measure_trace_quality();
-  return q;
+const trace_quality& the_trace_quality(bool expandable) {
+  static const trace_quality plain = measure_trace_quality(the_trace(), trace_quality_steps, false);
+  static const trace_quality exp = measure_trace_quality(the_trace(), trace_quality_steps, true);
+  return expandable ? exp : plain;
 }
 
 // --- Google Benchmark's pass ----------------------------------------------------
 
 void bm_fast_path(benchmark::State& state, via how) {
-  rig r;
+  rig r(how == via::expandable);
   const auto bytes = static_cast<std::size_t>(state.range(0));
   with_source(r, how, [&](auto& src) {
     alloc_free_pairs(src, bytes, 1);  // warm: the cache holds a block of this size
@@ -132,7 +105,7 @@ void bm_fast_path(benchmark::State& state, via how) {
 }
 
 void bm_mixed(benchmark::State& state, via how) {
-  rig r;
+  rig r(how == via::expandable);
   with_source(r, how, [&](auto& src) {
     mixed_window window(the_mixed_workload(), src);
     window.steps(the_mixed_workload().sizes.size());  // warm: one full pass
@@ -142,15 +115,15 @@ void bm_mixed(benchmark::State& state, via how) {
 }
 
 void bm_trace(benchmark::State& state, via how) {
-  rig r;
+  rig r(how == via::expandable);
   const training_trace& t = the_trace();
   std::vector<void*> ptrs(t.slots);
   with_source(r, how, [&](auto& src) {
     replay_step(t, src, ptrs);  // warm
     for (auto _ : state) replay_step(t, src, ptrs);
   });
-  if (how == via::cached) {
-    const trace_quality& q = the_trace_quality();
+  if (how != via::upstream) {
+    const trace_quality& q = the_trace_quality(how == via::expandable);
     state.counters["frag_at_peak_pct"] = 100.0 * q.fragmentation();
     state.counters["peak_alloc"] =
         benchmark::Counter(static_cast<double>(q.peak_allocated), benchmark::Counter::kDefaults,
@@ -187,8 +160,8 @@ void register_gbench_cases() {
         ->ReportAggregatesOnly(true)
         ->MinTime(gbench_min_time_s);
   };
-  for (const via how : {via::cached, via::upstream}) {
-    const char* name = how == via::cached ? "cached" : "upstream";
+  for (const via how : {via::cached, via::upstream, via::expandable}) {
+    const char* name = name_of(how);
     auto* fast = common(
         benchmark::RegisterBenchmark(fmt::format("fast_path/{}", name).c_str(), bm_fast_path, how));
     for (std::size_t bytes : fast_path_sizes) fast->Arg(static_cast<std::int64_t>(bytes));
@@ -198,6 +171,7 @@ void register_gbench_cases() {
     common(
         benchmark::RegisterBenchmark(fmt::format("training_step/{}", name).c_str(), bm_trace, how))
         ->Unit(benchmark::kMicrosecond);
+    if (how == via::expandable) continue;
     common(
         benchmark::RegisterBenchmark(fmt::format("threads_1KiB/{}", name).c_str(), bm_threads, how))
         ->Threads(1)
@@ -261,6 +235,7 @@ pending_row mixed_row() {
 
 pending_row trace_row() {
   const training_trace& t = the_trace();
+  // (the first table: plain segments)
   auto rc = std::make_shared<rig>();
   auto ru = std::make_shared<rig>();
   auto cached = [rc, &t, ptrs = std::vector<void*>(t.slots)](std::size_t n) mutable {
@@ -274,8 +249,48 @@ pending_row trace_row() {
   cached(1);  // warm
   upstream(1);
   return {{.name = fmt::format("training step ({} allocs)", t.allocations()),
-           .trace = the_trace_quality()},
+           .trace = the_trace_quality(false)},
           {calibrated_sampler(cached), calibrated_sampler(upstream)}};
+}
+
+// Expandable segments (side a) beside plain segments (side b), the cached
+// allocator of the first table.
+
+pending_row expandable_fast_path_row(std::size_t bytes) {
+  auto re = std::make_shared<rig>(true);
+  auto rp = std::make_shared<rig>(false);
+  auto exp = [re, bytes](std::size_t n) {
+    cached_source c{re->cached};
+    alloc_free_pairs(c, bytes, n);
+  };
+  auto plain = [rp, bytes](std::size_t n) {
+    cached_source c{rp->cached};
+    alloc_free_pairs(c, bytes, n);
+  };
+  exp(1);  // warm
+  plain(1);
+  return {{.name = fmt::format("fast path {}", format_bytes(bytes)), .fast_path = true},
+          {calibrated_sampler(exp), calibrated_sampler(plain)}};
+}
+
+pending_row expandable_trace_row() {
+  const training_trace& t = the_trace();
+  auto re = std::make_shared<rig>(true);
+  auto rp = std::make_shared<rig>(false);
+  auto exp = [re, &t, ptrs = std::vector<void*>(t.slots)](std::size_t n) mutable {
+    cached_source c{re->cached};
+    for (std::size_t i = 0; i < n; ++i) replay_step(t, c, ptrs);
+  };
+  auto plain = [rp, &t, ptrs = std::vector<void*>(t.slots)](std::size_t n) mutable {
+    cached_source c{rp->cached};
+    for (std::size_t i = 0; i < n; ++i) replay_step(t, c, ptrs);
+  };
+  exp(1);  // warm
+  plain(1);
+  return {{.name = fmt::format("training step ({} allocs)", t.allocations()),
+           .trace = the_trace_quality(true),
+           .other_trace = the_trace_quality(false)},
+          {calibrated_sampler(exp), calibrated_sampler(plain)}};
 }
 
 /// Mean over threads of each thread's own time per pair, like Google
@@ -336,21 +351,27 @@ std::string load_average() {
   return got == 1 ? fmt::format("{:.2f}", one_minute) : "?";
 }
 
-std::vector<summary_row> run_summary_pass() {
+/// The two tables' rows: cached (plain) beside upstream, then expandable
+/// beside plain. One interleaved pass times both.
+std::pair<std::vector<summary_row>, std::vector<summary_row>> run_summary_pass() {
   std::vector<pending_row> pending;
   for (std::size_t bytes : fast_path_sizes) pending.push_back(fast_path_row(bytes));
   pending.push_back(threads_row(1));
   pending.push_back(threads_row(2));
   pending.push_back(mixed_row());
   pending.push_back(trace_row());
+  const std::size_t first_table = pending.size();
+  for (std::size_t bytes : fast_path_sizes) pending.push_back(expandable_fast_path_row(bytes));
+  pending.push_back(expandable_trace_row());
   std::vector<sampler_pair> sides;
   for (pending_row& p : pending) sides.push_back(std::move(p.sides));
   const std::vector<median_pair> medians = interleaved_medians(sides);
-  std::vector<summary_row> rows;
+  std::pair<std::vector<summary_row>, std::vector<summary_row>> rows;
   for (std::size_t i = 0; i < pending.size(); ++i) {
-    rows.push_back(std::move(pending[i].row));
-    rows.back().cached = medians[i].a;
-    rows.back().upstream = medians[i].b;
+    auto& table = i < first_table ? rows.first : rows.second;
+    table.push_back(std::move(pending[i].row));
+    table.back().cached = medians[i].a;
+    table.back().upstream = medians[i].b;
   }
   return rows;
 }
@@ -384,8 +405,9 @@ int main(int argc, char** argv) {
   if (no_summary) return 0;
   const std::string load_before = tp::bench::load_average();
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<tp::bench::summary_row> rows = tp::bench::run_summary_pass();
+  const auto rows = tp::bench::run_summary_pass();
   const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  tp::bench::print_summary_table(rows, seconds, load_before, tp::bench::load_average());
+  tp::bench::print_summary_table(rows.first, seconds, load_before, tp::bench::load_average());
+  tp::bench::print_expandable_table(rows.second);
   return 0;
 }

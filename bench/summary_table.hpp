@@ -38,6 +38,8 @@ struct summary_row {
   timing upstream{};
   bool fast_path = false;  // judged against fast_path_target_ns
   std::optional<trace_quality> trace{};
+  /// print_expandable_table: the plain side's trace figures.
+  std::optional<trace_quality> other_trace{};
 };
 
 /// "123.4 ns", "12.34 us", "1.23 ms": three significant-ish figures in a
@@ -93,6 +95,35 @@ inline void print_summary_table(const std::vector<summary_row>& rows, double pas
       "Summary pass took %.1f s; 1-minute load average %s before, %s after (other processes\n"
       "running meanwhile inflate the wall times, most on a machine with few cores).\n",
       pass_seconds, load_before.c_str(), load_after.c_str());
+}
+
+/// The second table: each row's `cached` side with expandable segments,
+/// its `upstream` side the same workload with plain segments (today's
+/// allocator), timed in the same interleaved pass. Not thread-safe (stdout).
+inline void print_expandable_table(const std::vector<summary_row>& rows) {
+  std::printf("\nexpandable segments beside plain segments (the cached allocator above), same pass\n");
+  const std::string rule(128, '-');
+  std::printf("%s\n", rule.c_str());
+  std::printf("%-32s %11s %11s %9s | %11s %11s | %10s %10s %14s\n", "case", "expandable", "plain", "exp/plain",
+              "exp cpu", "plain cpu", "frag exp", "frag plain", "reserved e/p");
+  std::printf("%s\n", rule.c_str());
+  for (const summary_row& r : rows) {
+    std::string fe = "-", fp = "-", res = "-";
+    if (r.trace && r.other_trace) {
+      fe = fmt::format("{:.1f} %", 100.0 * r.trace->fragmentation());
+      fp = fmt::format("{:.1f} %", 100.0 * r.other_trace->fragmentation());
+      res = fmt::format("{}/{}", format_bytes(r.trace->peak_reserved), format_bytes(r.other_trace->peak_reserved));
+    }
+    std::printf("%-32s %11s %11s %9.3f | %11s %11s | %10s %10s %14s\n", r.name.c_str(),
+                format_ns(r.cached.wall_ns).c_str(), format_ns(r.upstream.wall_ns).c_str(),
+                r.cached.wall_ns / r.upstream.wall_ns, format_ns(r.cached.cpu_ns).c_str(),
+                format_ns(r.upstream.cpu_ns).c_str(), fe.c_str(), fp.c_str(), res.c_str());
+  }
+  std::printf("%s\n", rule.c_str());
+  std::printf(
+      "exp/plain: median wall time with expandable segments over plain segments (<= 1: no slower).\n"
+      "frag exp / frag plain: 1 - allocated/reserved at the moment of peak allocated bytes, each\n"
+      "from its own untimed replay; reserved e/p: peak reserved bytes, expandable / plain.\n");
 }
 
 }  // namespace tp::bench

@@ -28,6 +28,8 @@
 // rest. PyTorch's own "backend" key (native, cudaMallocAsync) is shared:
 // backend:tensorpager goes to us only, any other backend goes to both, so
 // PyTorch still selects its own allocator and we know to stay out of the way.
+// expandable_segments is PyTorch's key and ours: it goes to both (PyTorch's
+// allocator ignores it while tensorpager's serves the process).
 
 #include <cstddef>
 #include <optional>
@@ -81,6 +83,9 @@ struct config {
   std::optional<std::size_t> host_budget;       ///< none: no cap beyond what the OS allows
   host_fallback_mode host_fallback = host_fallback_mode::error;
   std::optional<std::size_t> max_split_size;    ///< none: unlimited; else >= min_max_split_size
+  /// Note [Expandable segments] in allocator/caching_allocator.hpp; the
+  /// default and why: Note [Expandable segments by default] in config.cpp.
+  bool expandable_segments = true;
   policy_kind policy = default_policy;
   std::string timeline;                         ///< empty: no timeline file
   std::size_t timeline_events = std::size_t{1} << 20;  ///< the timeline's cap on events, > 0

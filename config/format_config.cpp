@@ -70,6 +70,9 @@ std::string to_string(const config& c) {
     }
     add("max_split_size", format_size_exact(*c.max_split_size));
   }
+  if (c.expandable_segments != defaults.expandable_segments) {
+    add("expandable_segments", c.expandable_segments ? "True" : "False");
+  }
   if (c.policy != defaults.policy) add("policy", to_string(c.policy));
   add_path("timeline", c.timeline);
   if (c.timeline_events != defaults.timeline_events) {

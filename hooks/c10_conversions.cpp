@@ -59,6 +59,7 @@ c10::CachingDeviceAllocator::SegmentInfo to_segment_info(const segment_snapshot&
   out.active_size = seg.active_size;
   out.stream = reinterpret_cast<void*>(to_underlying(seg.stream));
   out.is_large = seg.pool == pool_kind::large;
+  out.is_expandable = seg.expandable;
   out.blocks.reserve(seg.blocks.size());
   for (const block_snapshot& b : seg.blocks) {
     c10::CachingDeviceAllocator::BlockInfo info;

@@ -45,6 +45,7 @@ caching_allocator::options allocator_options(const config& cfg) {
   caching_allocator::options o;
   if (cfg.budget) o.budget = cfg.budget->resolve(cfg.sim_capacity);
   if (cfg.max_split_size) o.max_split_size = *cfg.max_split_size;
+  o.expandable_segments = cfg.expandable_segments;
   return o;
 }
 

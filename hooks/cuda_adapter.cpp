@@ -76,6 +76,22 @@ std::size_t index_of(c10::DeviceIndex device) {
   return static_cast<std::size_t>(device);
 }
 
+// Expandable segments (Note [Expandable segments] in caching_allocator.hpp)
+// need the driver's virtual memory management. A device or driver without it
+// gets plain segments, and says so once per device.
+bool vmm_usable(const device& dev, std::size_t index) {
+  try {
+    (void)dev.granularity();
+    return true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr,
+                 "tensorpager: CUDA device %zu: expandable_segments:True needs virtual memory management (%s); "
+                 "using plain segments\n",
+                 index, e.what());
+    return false;
+  }
+}
+
 }  // namespace
 
 cuda_adapter::cuda_adapter(const config& cfg, std::unique_ptr<cuda_platform> platform)
@@ -146,6 +162,7 @@ caching_allocator& cuda_adapter::allocator_for(c10::DeviceIndex device) {
     opts.budget = config_.budget->resolve_for_device(state->total_bytes, "CUDA device " + std::to_string(i));
   }
   if (config_.max_split_size) opts.max_split_size = *config_.max_split_size;
+  opts.expandable_segments = config_.expandable_segments && vmm_usable(*state->dev, i);
   state->allocator = std::make_unique<caching_allocator>(*state->dev, opts);
   state->tracer.adapter = this;
   state->tracer.device = device;

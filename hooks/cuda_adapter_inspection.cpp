@@ -90,8 +90,23 @@ std::pair<std::size_t, std::size_t> cuda_adapter::getMemoryInfo(c10::DeviceIndex
   });
 }
 
-std::vector<cuda_adapter::StreamSegmentSize> cuda_adapter::getExpandableSegmentSizes(c10::DeviceIndex) {
-  return {};  // tensorpager has no expandable segments
+std::vector<cuda_adapter::StreamSegmentSize> cuda_adapter::getExpandableSegmentSizes(c10::DeviceIndex device) {
+  // Mapped bytes per (stream, pool), as PyTorch reports its expandable
+  // segments; a snapshot lists each mapped range (Note [Expandable segments]).
+  std::vector<StreamSegmentSize> out;
+  caching_allocator* a = opened(device);
+  if (a == nullptr) return out;
+  for (const segment_snapshot& seg : a->snapshot()) {
+    if (!seg.expandable) continue;
+    auto* stream = reinterpret_cast<cudaStream_t>(to_underlying(seg.stream));
+    const bool small = seg.pool == pool_kind::small;
+    const auto it = std::find_if(out.begin(), out.end(), [&](const StreamSegmentSize& s) {
+      return s.stream == stream && s.is_small_pool == small;
+    });
+    if (it != out.end()) it->total_size += seg.total_size;
+    else out.emplace_back(stream, small, seg.total_size);
+  }
+  return out;
 }
 
 void cuda_adapter::cacheInfo(c10::DeviceIndex device, std::size_t* largestBlock) {
@@ -165,7 +180,7 @@ cuda_adapter::SnapshotInfo cuda_adapter::snapshot(c10::MempoolId_t mempool_id, b
   meta.garbage_collection_threshold = 0.0;
   meta.max_split_size = config_.max_split_size.value_or(SIZE_MAX);
   meta.pinned_num_register_threads = 1;
-  meta.expandable_segments = false;
+  meta.expandable_segments = config_.expandable_segments;
   meta.release_lock_on_malloc = false;
   meta.pinned_use_host_register = false;
   meta.graph_capture_record_stream_reuse = false;

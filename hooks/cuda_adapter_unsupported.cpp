@@ -19,8 +19,8 @@
 //
 // Supported with limits: attachAllocatorTraceTracker trackers receive ALLOC,
 // FREE_REQUESTED, SEGMENT_ALLOC, SEGMENT_FREE and OOM entries, but no
-// FREE_COMPLETED (nor SEGMENT_MAP/UNMAP: tensorpager has no expandable
-// segments); getExpandableSegmentSizes reports none; snapshot() carries no
+// FREE_COMPLETED (nor SEGMENT_MAP/UNMAP: an expandable segment's mapped
+// ranges arrive as SEGMENT_ALLOC/SEGMENT_FREE); snapshot() carries no
 // traces or stack frames; enable(false) releases cached memory after every
 // free. The row-by-row comparison with PyTorch's allocator is
 // docs/cuda_adapter_review.md.

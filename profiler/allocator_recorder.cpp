@@ -17,6 +17,8 @@ event_kind kind_of(allocator_event_kind k) noexcept {
     case allocator_event_kind::budget_change: return event_kind::budget_change;
     case allocator_event_kind::reclaim: return event_kind::reclaim;
     case allocator_event_kind::free: return event_kind::free_requested;  // expanded below
+    case allocator_event_kind::segment_map: return event_kind::segment_map;
+    case allocator_event_kind::segment_unmap: return event_kind::segment_unmap;
   }
   return event_kind::alloc;
 }
@@ -83,6 +85,9 @@ void allocator_recorder::append_events(std::vector<event>& out, const tsc_clock*
       e.reserved_bytes = r->reserved_bytes;
       e.kind = kind_of(r->kind);
       e.device = device_;
+      if (r->kind == allocator_event_kind::segment_map || r->kind == allocator_event_kind::segment_unmap) {
+        e.id = r->pool == pool_kind::large ? 1 : 0;  // Note [Event fields]
+      }
       if (r->kind == allocator_event_kind::alloc) {
         const alloc_context c = unpack_context(r->context);
         e.category = c.category;

@@ -11,6 +11,8 @@
 //   free_requested     block          block size         -          -
 //   free_completed     block          block size         -          -
 //   segment_alloc/free segment        segment size       -          -
+//   segment_map/unmap  range          range size         1: large   the expandable segment's base
+//                                                        pool, 0: small
 //   oom                -              bytes requested    -          -
 //   budget_change      -              new budget (0: none) -        -
 //   reclaim            -              bytes asked for    -          bytes freed
@@ -38,9 +40,9 @@
 
 namespace tp::profiler {
 
-/// What an event records. The first eight are the allocator's (Note
-/// [Allocator events]); the rest are the runtime's, and `tag`, which the
-/// hooks use to say what a live block holds once they know.
+/// What an event records. The first eight and the last two are the
+/// allocator's (Note [Allocator events]); the others are the runtime's, and
+/// `tag`, which the hooks use to say what a live block holds once they know.
 enum class event_kind : std::uint8_t {
   alloc,
   free_requested,
@@ -60,8 +62,10 @@ enum class event_kind : std::uint8_t {
   stall,
   step,
   tag,
+  segment_map,
+  segment_unmap,
 };
-inline constexpr std::size_t event_kind_count = 18;
+inline constexpr std::size_t event_kind_count = 20;
 
 /// What a block of memory holds, as far as tensorpager can tell.
 enum class category : std::uint8_t {

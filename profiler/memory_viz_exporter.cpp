@@ -1,6 +1,7 @@
 #include "profiler/memory_viz_exporter.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -17,7 +18,8 @@ namespace {
 
 bool in_device_trace(event_kind k) {
   return k == event_kind::alloc || k == event_kind::free_requested || k == event_kind::free_completed ||
-         k == event_kind::segment_alloc || k == event_kind::segment_free || k == event_kind::oom;
+         k == event_kind::segment_alloc || k == event_kind::segment_free || k == event_kind::segment_map ||
+         k == event_kind::segment_unmap || k == event_kind::oom;
 }
 
 /// The allocator's segments and blocks, replayed (Note [memory_viz snapshot]).
@@ -30,6 +32,8 @@ struct replayed_device {
   struct segment {
     std::uint64_t size = 0, stream = 0;
     pool_kind pool = pool_kind::large;
+    bool expandable = false;
+    std::uint64_t base = 0;  // expandable: the reservation (0: not known, from a snapshot)
   };
   std::map<std::uint64_t, segment> segments;
   std::map<std::uint64_t, block> blocks;
@@ -41,6 +45,8 @@ struct replayed_device {
                                       e.bytes == size_policy::small_buffer ? pool_kind::small : pool_kind::large};
         break;
       case event_kind::segment_free: segments.erase(e.address); break;
+      case event_kind::segment_map: map(e); break;
+      case event_kind::segment_unmap: unmap(e); break;
       case event_kind::alloc:
         blocks[e.address] = block{e.bytes, static_cast<std::uint64_t>(std::max<std::int64_t>(e.detail, 0)), false,
                                   index};
@@ -50,6 +56,43 @@ struct replayed_device {
         break;
       case event_kind::free_completed: blocks.erase(e.address); break;
       default: break;
+    }
+  }
+
+  // An expandable segment shows each mapped range as a segment (Note
+  // [Expandable segments] in caching_allocator.hpp): a mapping joins the
+  // ranges of the same reservation it touches.
+  static bool joins(const segment& s, const segment& m) {
+    return s.expandable && s.stream == m.stream && s.pool == m.pool && (s.base == 0 || s.base == m.base);
+  }
+  void map(const event& e) {
+    segment m{e.bytes, e.stream, e.id == 1 ? pool_kind::large : pool_kind::small, true,
+              static_cast<std::uint64_t>(e.detail)};
+    std::uint64_t address = e.address;
+    if (auto next = segments.find(address + m.size); next != segments.end() && joins(next->second, m)) {
+      m.size += next->second.size;
+      segments.erase(next);
+    }
+    if (auto it = segments.lower_bound(address); it != segments.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second.size == address && joins(prev->second, m)) {
+        prev->second.size += m.size;
+        return;
+      }
+    }
+    segments[address] = m;
+  }
+  void unmap(const event& e) {
+    auto it = segments.upper_bound(e.address);
+    if (it == segments.begin()) return;
+    --it;
+    const std::uint64_t begin = it->first, end = begin + it->second.size;
+    if (e.address + e.bytes > end) return;  // not a range replayed here
+    segment s = it->second;
+    segments.erase(it);
+    if (e.address > begin) segments[begin] = segment{e.address - begin, s.stream, s.pool, true, s.base};
+    if (e.address + e.bytes < end) {
+      segments[e.address + e.bytes] = segment{end - e.address - e.bytes, s.stream, s.pool, true, s.base};
     }
   }
 };
@@ -64,7 +107,7 @@ class snapshot_writer {
       if (s.device >= 0) devices_ = std::max(devices_, s.device + 1);
       replayed_device& r = state_[s.device];
       for (const segment_snapshot& seg : s.segments) {
-        r.segments[seg.address] = {seg.total_size, to_underlying(seg.stream), seg.pool};
+        r.segments[seg.address] = {seg.total_size, to_underlying(seg.stream), seg.pool, seg.expandable, 0};
         for (const block_snapshot& b : seg.blocks) {
           if (b.state == block_state::inactive) continue;
           r.blocks[b.address] = {b.size, b.requested_size, b.state == block_state::active_pending_free, SIZE_MAX};
@@ -166,7 +209,7 @@ class snapshot_writer {
       w_.member("requested_size", requested);
       w_.member("stream", seg.stream);
       w_.member("segment_type", to_string(seg.pool));
-      w_.member("is_expandable", false);
+      w_.member("is_expandable", seg.expandable);
       w_.key("frames");
       w_.begin_array();
       w_.end_array();

@@ -8,7 +8,10 @@
 // initial segments (timeline::initial) replayed through the events, with
 // free ranges between blocks as "inactive" blocks, as the allocator merges
 // them. "device_traces"[d] holds device d's alloc, free_requested,
-// free_completed, segment_alloc, segment_free and oom actions in order, with
+// free_completed, segment_alloc, segment_free, segment_map, segment_unmap
+// and oom actions in order (maps and unmaps as PyTorch records them for its
+// expandable segments: one range each, which joins or splits the mapped
+// ranges shown as segments), with
 // addr, size, stream, time_us and frames; replaying them from empty
 // allocators gives the allocator's totals at the last event. tensorpager's
 // knowledge rides in fields memory_viz already reads: "category" (alloc

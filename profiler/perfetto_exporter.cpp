@@ -221,6 +221,8 @@ class trace_builder {
     switch (e.kind) {
       case event_kind::segment_alloc: instant(e, "segment_alloc"); break;
       case event_kind::segment_free: instant(e, "segment_free"); break;
+      case event_kind::segment_map: instant(e, "segment_map"); break;
+      case event_kind::segment_unmap: instant(e, "segment_unmap"); break;
       case event_kind::oom: instant(e, "out of memory"); break;
       case event_kind::reclaim: instant(e, "reclaim"); break;
       case event_kind::stall: instant(e, "stall"); break;

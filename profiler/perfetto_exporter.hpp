@@ -13,8 +13,9 @@
 //                   by tensor id, on the thread of the stream that ran them;
 //                   a begin with no end (still running when the log was
 //                   read) ends at the last timestamp with args.unfinished;
-//   instants        oom, reclaim, stall, eviction, segment_alloc and
-//                   segment_free, on their stream's thread.
+//   instants        oom, reclaim, stall, eviction, segment_alloc,
+//                   segment_free, segment_map and segment_unmap, on their
+//                   stream's thread.
 // Timestamps are microseconds from the first event (the format's unit), with
 // three decimals so nothing below a microsecond is lost; otherData.t0_ns is
 // the first event's clock reading. Every track's timestamps are

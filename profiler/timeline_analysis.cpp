@@ -193,8 +193,10 @@ device_analysis analyze_device(const timeline& t, const block_notes& notes, std:
     rt.apply(e, tot);
     switch (e.kind) {
       case event_kind::alloc: ++tot.allocs; break;
-      case event_kind::segment_alloc: ++tot.segment_allocs; break;
-      case event_kind::segment_free: ++tot.segment_frees; break;
+      case event_kind::segment_alloc:
+      case event_kind::segment_map: ++tot.segment_allocs; break;
+      case event_kind::segment_free:
+      case event_kind::segment_unmap: ++tot.segment_frees; break;
       case event_kind::oom: ++tot.ooms; break;
       case event_kind::reclaim:
         ++tot.reclaims;

@@ -79,6 +79,7 @@ struct device_totals {
   std::int64_t budget_at_peak = -1;  ///< the budget in force at peak_t_ns; -1: none
   std::array<std::int64_t, category_count> at_peak{};  ///< by category at peak_t_ns
   std::int64_t cached_free_at_peak = 0;
+  /// segment_allocs / segment_frees count segment_map / segment_unmap too.
   std::uint64_t allocs = 0, segment_allocs = 0, segment_frees = 0, ooms = 0, reclaims = 0;
   std::uint64_t reclaimed_bytes = 0;
   std::uint64_t evictions = 0, dropped_evictions = 0;

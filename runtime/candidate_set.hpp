@@ -23,6 +23,7 @@ class candidate_set {
     t.candidate_index = items_.size();
     items_.push_back(&t);
     t.lru_pos = lru_.insert(lru_.end(), &t);
+    bytes_ += t.bytes;
   }
   void remove(managed_tensor& t) {
     if (!t.in_candidates) return;
@@ -32,12 +33,15 @@ class candidate_set {
     items_.pop_back();
     lru_.erase(t.lru_pos);
     t.in_candidates = false;
+    bytes_ -= t.bytes;
   }
   /// Moves t to the most recently used end.
   void touch(managed_tensor& t) {
     if (t.in_candidates) lru_.splice(lru_.end(), lru_, t.lru_pos);
   }
   std::size_t size() const { return items_.size(); }
+  /// The candidates' bytes (Note [Resident floor]).
+  std::size_t bytes() const { return bytes_; }
   bool empty() const { return items_.empty(); }
   /// Requires: i < size(). The order is arbitrary (for sampling).
   managed_tensor& at(std::size_t i) const { return *items_[i]; }
@@ -48,6 +52,7 @@ class candidate_set {
  private:
   std::vector<managed_tensor*> items_;
   std::list<managed_tensor*> lru_;
+  std::size_t bytes_ = 0;
 };
 
 }  // namespace tp

@@ -19,8 +19,10 @@ memory_runtime::memory_runtime(device& dev, caching_allocator& alloc, pinned_hos
       engine_(dev, alloc, host, opts_.offload_stream, opts_.prefetch_stream),
       recorder_(opts_.recorder),
       policy_(make_policy(opts_.policy, opts_.sample_size)),
+      aware_(opts_.allocator_aware ? std::make_unique<allocator_aware_choice>(alloc, opts_.sample_size) : nullptr),
       rng_(opts_.seed) {
   recorder_.begin_step(clock_.now_ns());
+  (void)alloc_.take_allocated_high_water();  // Note [Resident floor]: this runtime's samples start now
   if (opts_.register_reclaimer) alloc_.set_reclaimer(this);
 }
 
@@ -75,6 +77,7 @@ tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, str
   if (recorded) by_ordinal_.push_back(ref.id);
   lineage_.add(ref.id, ref.recompute_cost_ns, more.parents, more.revive);
   make_candidate(ref);
+  floor_.sample(alloc_.take_allocated_high_water(), candidates_.bytes());
   poll_locked();
   if (recorded) after_event_locked(false);
   return ref.id;
@@ -167,6 +170,7 @@ void memory_runtime::step() {
   recorder_.begin_step(clock_.now_ns());
   by_ordinal_.clear();
   ++stats_.steps;
+  floor_.end_step();
   // Note [Proactive offload under pressure]
   const std::uint64_t pressure = stats_.reclaims + stats_.proactive_offloads;
   proactive_armed_ = pressure != pressure_mark_;
@@ -264,6 +268,11 @@ std::size_t memory_runtime::prefetch_distance() const {
   return recorder_.prefetch_distance();
 }
 
+std::size_t memory_runtime::floor_bytes() const {
+  lock_type lock(mu_);
+  return floor_.peak();
+}
+
 runtime_stats memory_runtime::stats() const {
   lock_type lock(mu_);
   return stats_locked();
@@ -292,6 +301,7 @@ runtime_stats memory_runtime::stats_locked() const {
     if (t->in_candidates) (t->binding->can_release() ? s.evictable_bytes : s.held_bytes) += t->bytes;
   }
   s.prefetch_distance = recorder_.prefetch_distance();
+  s.floor_bytes = floor_.peak();
   return s;
 }
 

@@ -44,6 +44,9 @@ struct runtime_stats {
   std::size_t held_bytes = 0;       ///< resident candidates the program still holds elsewhere
   std::size_t prefetch_distance = 0;
   std::uint64_t steps = 0;
+  /// Note [Resident floor]: the most held at once that no eviction could
+  /// give back, over the last completed step and the one in progress.
+  std::size_t floor_bytes = 0;
 };
 
 }  // namespace tp

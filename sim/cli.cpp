@@ -27,6 +27,7 @@ struct cli_args {
   std::optional<std::size_t> budget_bytes;
   policy_kind policy = default_policy;
   bool sweep = false;
+  bool ratio_of_plain = false;  // --ratio-base plain
   std::string plot;
   std::string title;
   sim_options options;
@@ -130,6 +131,24 @@ cli_args parse(const std::vector<std::string>& args) {
       a.options.proactive_offload = false;
     } else if (arg == "--no-prefetch-ahead") {
       a.options.prefetch_ahead = false;
+    } else if (arg == "--expandable-segments") {
+      const std::string& v = value();
+      if (v != "True" && v != "False") {
+        throw config_error(fmt::format("tp-sim: --expandable-segments '{}'; accepted: True, False", v));
+      }
+      a.options.expandable_segments = v == "True";
+    } else if (arg == "--allocator-aware") {
+      const std::string& v = value();
+      if (v != "True" && v != "False") {
+        throw config_error(fmt::format("tp-sim: --allocator-aware '{}'; accepted: True, False", v));
+      }
+      a.options.allocator_aware = v == "True";
+    } else if (arg == "--ratio-base") {
+      const std::string& v = value();
+      if (v != "plain" && v != "same") {
+        throw config_error(fmt::format("tp-sim: --ratio-base '{}'; accepted: same, plain", v));
+      }
+      a.ratio_of_plain = v == "plain";
     } else if (arg == "-h" || arg == "--help") {
       a.trace_path = "--help";
       return a;
@@ -153,12 +172,17 @@ std::string cli_usage() {
          "              [--latency-us US] [--compute-scale X] [--repeat N]\n"
          "              [--no-proactive-offload] [--no-prefetch-ahead] [--sample K] [--max-split-mb MB]\n"
          "              [--ratio-of SIZE] [--ratios R,R,...] [--reference X,X,...]\n"
+         "              [--expandable-segments True|False] [--allocator-aware True|False]\n"
+         "              [--ratio-base same|plain]\n"
          "TRACE: a tensorpager trace (docs/trace_format.md) or a DTR log.\n"
          "--budget: a ratio of the unconstrained peak reserved bytes (0.5) or a size (12GiB);\n"
          "  none: only the unconstrained replay. --sweep: ratios 1.0..0.1 for every policy.\n"
          "Copies: --bandwidth 50 (GB/s) and --latency-us 5 by default (PCIe 5.0 x16, pinned).\n"
          "--ratio-of: ratios are of this many bytes (another simulator's baseline peak);\n"
-         "  --reference: that simulator's slowdowns at --ratios, printed beside tensorpager's.\n";
+         "  --reference: that simulator's slowdowns at --ratios, printed beside tensorpager's.\n"
+         "--expandable-segments: the allocator's segments (default False). --ratio-base plain:\n"
+         "  ratios are of the unconstrained peak with plain segments (to compare the two).\n"
+         "--allocator-aware: victims by the bytes their eviction makes usable (default False).\n";
 }
 
 int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -173,13 +197,21 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                        a.trace_path, t.source, t.storages.size(), t.ops.size(), t.steps(),
                        static_cast<double>(t.compute_ns()) / 1e6 * a.options.compute_scale,
                        a.options.compute_scale);
-    out << fmt::format("copies: {:.1f} GB/s, {} us latency; replays: {} (the last is measured)\n\n",
+    out << fmt::format("copies: {:.1f} GB/s, {} us latency; replays: {} (the last is measured); {} segments; "
+                       "victims by {}\n\n",
                        a.options.bandwidth_bytes_per_s / 1e9, static_cast<double>(a.options.latency_ns) / 1e3,
-                       a.options.repeat);
+                       a.options.repeat, a.options.expandable_segments ? "expandable" : "plain",
+                       a.options.allocator_aware ? "usable bytes, then policy" : "policy alone");
+    std::optional<std::size_t> base = a.ratio_of;
+    if (a.ratio_of_plain) {
+      sim_options plain = a.options;
+      plain.expandable_segments = false;
+      base = simulate(t, plain).peak_reserved;
+    }
     if (a.sweep) {
       const sweep_result s =
-          run_sweep(t, a.options, a.ratios.empty() ? default_ratios() : a.ratios, all_policies(), a.ratio_of);
-      if (a.ratio_of) out << fmt::format("ratios are of {} B\n\n", *a.ratio_of);
+          run_sweep(t, a.options, a.ratios.empty() ? default_ratios() : a.ratios, all_policies(), base);
+      if (base) out << fmt::format("ratios are of {} B\n\n", *base);
       out << format_slowdown_matrix(s, a.reference) << '\n';
       out << format_sweep_table(s) << '\n' << format_sweep_summary(s);
       if (!a.plot.empty()) {
@@ -198,12 +230,11 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     }
     sim_options o = a.options;
     o.policy = a.policy;
-    sim_report base_peak;
-    base_peak.peak_reserved = a.ratio_of.value_or(unconstrained.peak_reserved);
-    o.budget_bytes = a.ratio ? budget_for_ratio(base_peak, *a.ratio) : *a.budget_bytes;
+    const std::size_t of = base.value_or(unconstrained.peak_reserved);
+    o.budget_bytes = a.ratio ? budget_for_ratio(of, *a.ratio) : *a.budget_bytes;
     sim_report r = simulate(t, o);
     compare(r, unconstrained);
-    if (a.ratio) out << fmt::format("budget ratio:      {:.3f} of {} B\n", *a.ratio, base_peak.peak_reserved);
+    if (a.ratio) out << fmt::format("budget ratio:      {:.3f} of {} B\n", *a.ratio, of);
     out << format_report(r);
     return 0;
   } catch (const error& e) {

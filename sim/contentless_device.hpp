@@ -14,7 +14,10 @@
 // bumping a pointer: addresses grow in allocation order, the same in every
 // run. Freed ranges are not reused (the reservations are large enough for
 // any trace here: reserve_bytes each); capacity is counted as the wrapped
-// device counts it.
+// device counts it. Virtual memory (expandable segments) is served the same
+// way: reserve() bumps a third, granule-aligned arena, and try_map/unmap
+// only count mapped bytes against the capacity, since nothing ever touches
+// the memory.
 //
 // Note [Copies without contents]
 // A trace has sizes, not tensor values, so the simulator has nothing to
@@ -32,6 +35,7 @@
 // does (Note [Offload ordering] in transfer_engine.hpp).
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -60,10 +64,13 @@ class contentless_device final : public device {
   void* try_allocate(std::size_t bytes) override { return device_.take(bytes); }
   void deallocate(void* ptr, std::size_t bytes) noexcept override { device_.give(ptr, bytes); }
   std::size_t granularity() const override { return inner_.granularity(); }
-  void* reserve(std::size_t bytes) override { return inner_.reserve(bytes); }
-  void release(void* base, std::size_t bytes) noexcept override { inner_.release(base, bytes); }
-  bool try_map(void* ptr, std::size_t bytes) override { return inner_.try_map(ptr, bytes); }
-  void unmap(void* ptr, std::size_t bytes) noexcept override { inner_.unmap(ptr, bytes); }
+  /// Note [Deterministic addresses]: address space from an arena of its own.
+  void* reserve(std::size_t bytes) override;
+  void release(void* base, std::size_t bytes) noexcept override;
+  /// Counts bytes against the capacity it shares with try_allocate; false
+  /// when they do not fit. Nothing becomes accessible.
+  bool try_map(void* ptr, std::size_t bytes) override;
+  void unmap(void* ptr, std::size_t bytes) noexcept override;
   void* try_allocate_host(std::size_t bytes) override { return host_.take(bytes); }
   void deallocate_host(void* ptr, std::size_t bytes) noexcept override { host_.give(ptr, bytes); }
   stream_id create_stream() override { return inner_.create_stream(); }
@@ -87,12 +94,16 @@ class contentless_device final : public device {
   // One reservation served by a bump pointer (Note [Deterministic addresses]).
   class arena {
    public:
-    arena(std::size_t capacity, const char* what);
+    /// Reserves `address_space` bytes (PROT_NONE); hands out at most
+    /// `capacity` at once.
+    arena(std::size_t capacity, const char* what, std::size_t address_space);
     ~arena();
     arena(const arena&) = delete;
     arena& operator=(const arena&) = delete;
     void* take(std::size_t bytes);
     void give(void* ptr, std::size_t bytes) noexcept;
+    /// give() without the address check, for ranges handed out aligned.
+    void forget(std::size_t bytes) noexcept;
     std::size_t used() const;
     std::size_t capacity() const { return capacity_; }
 
@@ -100,13 +111,16 @@ class contentless_device final : public device {
     mutable std::mutex mu_;
     std::byte* base_ = nullptr;
     std::size_t capacity_ = 0;
-    std::size_t next_ = 0;  // offset of the next range
+    std::size_t space_ = 0;  // bytes of address space reserved
+    std::size_t next_ = 0;   // offset of the next range
     std::size_t used_ = 0;  // bytes handed out and not given back
   };
 
   simulated_device& inner_;
   arena device_;
   arena host_;
+  arena reserved_;                      // address space for reserve()
+  std::atomic<std::size_t> mapped_{0};  // bytes mapped by try_map
 };
 
 }  // namespace tp::sim

@@ -117,7 +117,7 @@ class replay {
       : t_(t), o_(o), plan_(recompute_plan::build(t)),
         sim_dev_(device_options(o), clk_),
         dev_(sim_dev_, huge_bytes, huge_bytes),
-        alloc_(dev_, {.budget = o.budget_bytes, .max_split_size = o.max_split_size}),
+        alloc_(dev_, allocator_options(o)),
         host_(dev_, {}),
         compute_(dev_.create_stream()),
         live_(t.storages.size()),
@@ -129,6 +129,7 @@ class replay {
     ro.proactive_offload = o.proactive_offload;
     ro.prefetch_ahead = o.prefetch_ahead;
     ro.sample_size = o.sample_size;
+    ro.allocator_aware = o.allocator_aware;
     rt_ = std::make_unique<memory_runtime>(dev_, alloc_, host_, clk_, ro);
   }
   ~replay() {
@@ -231,6 +232,12 @@ class replay {
     std::optional<tensor_id> freed;  // the tensor it was when it was last freed
   };
 
+  static caching_allocator::options allocator_options(const sim_options& o) {
+    caching_allocator::options a;
+    a.budget = o.budget_bytes;
+    a.expandable_segments = o.expandable_segments;
+    return a;
+  }
   static simulated_device::options device_options(const sim_options& o) {
     if (!(o.bandwidth_bytes_per_s > 0) || o.latency_ns < 0 || o.repeat == 0 || !(o.compute_scale > 0)) {
       throw error(fmt::format(

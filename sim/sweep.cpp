@@ -20,7 +20,11 @@ std::vector<policy_kind> all_policies() {
 }
 
 std::size_t budget_for_ratio(const sim_report& unconstrained, double ratio) {
-  const double b = std::floor(static_cast<double>(unconstrained.peak_reserved) * ratio);
+  return budget_for_ratio(unconstrained.peak_reserved, ratio);
+}
+
+std::size_t budget_for_ratio(std::size_t base, double ratio) {
+  const double b = std::floor(static_cast<double>(base) * ratio);
   return std::max<std::size_t>(static_cast<std::size_t>(b), 1);
 }
 
@@ -80,9 +84,10 @@ std::string format_report(const sim_report& r) {
 
 std::string format_sweep_table(const sweep_result& s) {
   std::string out = fmt::format(
-      "Unconstrained: peak reserved {} ({} B), peak allocated {}, step {}.\n\n",
+      "Unconstrained: peak reserved {} ({} B), peak allocated {}, step {}.{}\n\n",
       format_bytes(s.unconstrained.peak_reserved), s.unconstrained.peak_reserved,
-      format_bytes(s.unconstrained.peak_allocated), ms(s.unconstrained.step_ns));
+      format_bytes(s.unconstrained.peak_allocated), ms(s.unconstrained.step_ns),
+      s.ratio_of ? fmt::format(" Ratios are of {} ({} B).", format_bytes(*s.ratio_of), *s.ratio_of) : std::string());
   out += "| policy | ratio | budget | fits | slowdown | step ms | recompute ms | stall ms | host wait ms | "
          "host syncs | offloaded | prefetched | evictions | peak reserved | frag | policy ms |\n";
   out += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";

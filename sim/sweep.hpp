@@ -35,9 +35,13 @@ struct sweep_result {
 /// The budget for a ratio of the unconstrained peak reserved bytes (rounded
 /// down, at least 1).
 std::size_t budget_for_ratio(const sim_report& unconstrained, double ratio);
+/// The budget for a ratio of `base` bytes (rounded down, at least 1).
+std::size_t budget_for_ratio(std::size_t base, double ratio);
 
 /// Runs the unconstrained replay, then every (policy, ratio) with `base`'s
-/// other options. Deterministic except policy_wall_ns.
+/// other options; ratios are of ratio_of bytes when given (to compare
+/// configurations against one peak), else of the unconstrained peak.
+/// Deterministic except policy_wall_ns.
 sweep_result run_sweep(const trace& t, const sim_options& base, const std::vector<double>& ratios,
                        const std::vector<policy_kind>& policies,
                        std::optional<std::size_t> ratio_of = std::nullopt);

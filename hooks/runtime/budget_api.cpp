@@ -14,6 +14,7 @@
 
 #include "core/errors.hpp"
 #include "hooks/installed_adapter.hpp"
+#include "hooks/runtime/budget_floor.hpp"
 #include "hooks/tensorpager.hpp"
 
 namespace tp::hooks {
@@ -127,17 +128,9 @@ void session_step() {
     }
     control.release_cache();  // reserved-but-free memory must not stand in the way of the budget
     const auto in_use = control.memory_stats().reserved_bytes.all().current;
-    if (static_cast<double>(bytes) < static_cast<double>(in_use)) {
-      // What stays between steps (weights, gradients, optimizer state, and
-      // the segments they occupy) already needs more: no eviction can help.
-      throw out_of_memory("tensorpager: Budget: ratio " + std::to_string(*ratio) + " of the first step's peak (" +
-                          std::to_string(static_cast<long long>(peak)) + " bytes reserved) is " +
-                          std::to_string(bytes) + " bytes, but " + std::to_string(in_use) +
-                          " bytes are still reserved between steps (weights, gradients, optimizer state and the "
-                          "segments they occupy). The smallest budget that can work is at least " +
-                          std::to_string(in_use) + " bytes (ratio " +
-                          std::to_string(static_cast<double>(in_use) / peak) + "); no budget is set");
-    }
+    const auto rt = s->runtime();
+    check_budget_floor(bytes, {*ratio, static_cast<std::size_t>(peak), static_cast<std::size_t>(in_use),
+                               rt ? rt->floor_bytes() : 0});  // Note [Budget floor]
     control.change_budget(bytes);
   }
   s->step();
@@ -180,6 +173,7 @@ std::map<std::string, std::int64_t> session_stats() {
       {p + "on_host_bytes", as_int(st.on_host_bytes)},
       {p + "dropped_bytes", as_int(st.dropped_bytes)},
       {p + "prefetch_distance", as_int(st.prefetch_distance)},
+      {p + "floor_bytes", as_int(st.floor_bytes)},
   };
 }
 

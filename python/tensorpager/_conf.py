@@ -76,8 +76,9 @@ def split_alloc_conf(text: str) -> tuple[list[str], list[str]]:
     """Splits a PyTorch alloc-conf value into (ours, theirs), in order.
 
     Mirrors C++ ``split_alloc_conf``: entries whose key is a tensorpager key go
-    to ours; ``backend:tensorpager`` goes to ours only; any other backend goes
-    to both; everything else goes to theirs.
+    to ours; ``backend:tensorpager`` goes to ours only; any other backend, and
+    ``expandable_segments`` (PyTorch's key too), go to both; everything else
+    goes to theirs.
     """
     ours: list[str] = []
     theirs: list[str] = []
@@ -87,6 +88,9 @@ def split_alloc_conf(text: str) -> tuple[list[str], list[str]]:
             ours.append(entry)
             if not is_tensorpager_backend(entry):
                 theirs.append(entry)
+        elif key in _keys.SHARED_KEYS:
+            ours.append(entry)
+            theirs.append(entry)
         elif key in _keys.KEYS:
             ours.append(entry)
         else:
@@ -133,7 +137,7 @@ def move_alloc_conf_keys(environ: MutableMapping[str, str]) -> list[str]:
             continue
         ours, theirs = split_alloc_conf(text)
         if not any(is_tensorpager_backend(e) for e in ours):
-            stray = [e for e in ours if entry_key(e) != "backend"]
+            stray = [e for e in ours if entry_key(e) != "backend" and entry_key(e) not in _keys.SHARED_KEYS]
             if stray:
                 notices.append(
                     f"{var} has tensorpager key(s) {', '.join(stray)} but no backend:tensorpager;"
@@ -170,6 +174,7 @@ def move_alloc_conf_keys(environ: MutableMapping[str, str]) -> list[str]:
 def option_to_text(key: str, value: object) -> str:
     """Writes one ``tp.install(**options)`` value as configuration text.
 
+    A bool is True/False for a key that takes one (``expandable_segments``);
     ints (not bools) are bytes (``4096`` -> ``4096B``), or a count for a
     count key (``timeline_events=4096``); a float is a ratio
     (budget only); ``None`` is ``none``; ``os.PathLike`` is its path; a str is
@@ -190,6 +195,8 @@ def option_to_text(key: str, value: object) -> str:
     kind = _keys.KINDS[key]
     if value is None:
         text = "none"
+    elif isinstance(value, bool) and key in _keys.BOOL_KEYS:
+        text = "True" if value else "False"
     elif isinstance(value, bool):
         raise TypeError(f"tensorpager.install(): {key}={value!r}: a bool is not a valid value")
     elif isinstance(value, int) and kind == "count":

@@ -21,6 +21,7 @@ KEY_TABLE: tuple[tuple[str, str, str], ...] = (
     ("host_budget", "size", "none"),
     ("host_fallback", "choice", "error"),
     ("max_split_size", "size", "none"),
+    ("expandable_segments", "choice", "True"),
     ("policy", "choice", "hybrid"),
     ("timeline", "path", ""),
     ("timeline_events", "count", "1048576"),
@@ -38,6 +39,12 @@ DEFAULTS: dict[str, str] = {row[0]: row[2] for row in KEY_TABLE}
 
 #: The kind of each key (see KEY_TABLE).
 KINDS: dict[str, str] = {row[0]: row[1] for row in KEY_TABLE}
+
+#: Keys PyTorch reads too: they stay in PyTorch's variable as well.
+SHARED_KEYS: tuple[str, ...] = ("expandable_segments",)
+
+#: Choice keys whose values are True and False (``tp.install(key=True)``).
+BOOL_KEYS: tuple[str, ...] = ("expandable_segments",)
 
 #: The value of ``backend`` that selects tensorpager. Any other backend
 #: (native, cudaMallocAsync) leaves PyTorch's allocator in charge.

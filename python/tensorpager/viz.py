@@ -34,7 +34,10 @@ READS = (
     " .html and .txt are outputs only"
 )
 
-_TRACE_ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom")
+_TRACE_ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom", "segment_map",
+                  "segment_unmap")
+_GROW = ("segment_alloc", "segment_map")  # reserved bytes up (segment_map: expandable segments)
+_SHRINK = ("segment_free", "segment_unmap")
 
 
 def load(path: str) -> dict[str, Any]:
@@ -88,14 +91,14 @@ def from_torch_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
         entries = [e for e in trace if e.get("action") in _TRACE_ACTIONS]
         net_alloc = sum(int(e["size"]) for e in entries if e["action"] == "alloc") - sum(
             int(e["size"]) for e in entries if e["action"] == "free_requested")
-        net_res = sum(int(e["size"]) for e in entries if e["action"] == "segment_alloc") - sum(
-            int(e["size"]) for e in entries if e["action"] == "segment_free")
+        net_res = sum(int(e["size"]) for e in entries if e["action"] in _GROW) - sum(
+            int(e["size"]) for e in entries if e["action"] in _SHRINK)
         allocated = final.get(d, [0, 0])[0] - net_alloc
         reserved = final.get(d, [0, 0])[1] - net_res
         for i, e in enumerate(entries):
             action, size = e["action"], int(e.get("size", 0))
             allocated += size if action == "alloc" else -size if action == "free_requested" else 0
-            reserved += size if action == "segment_alloc" else -size if action == "segment_free" else 0
+            reserved += size if action in _GROW else -size if action in _SHRINK else 0
             category = e.get("category", "unknown")
             label = 0
             frames = e.get("frames") or []

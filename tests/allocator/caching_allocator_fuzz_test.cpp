@@ -15,6 +15,10 @@
 // used the block; a later allocation that overlaps a guarded range while its
 // guard is pending is a violation (the allocator's event comes after the
 // guard on the same stream, so it cannot have completed either).
+// Every case runs with plain and with expandable segments (Note [Expandable
+// segments]); with expandable segments the invariants also check that each
+// snapshot segment is a whole number of granules and that reserved bytes are
+// the device's mapped bytes.
 // Seed: TP_FUZZ_SEED, else random, printed. Length: TP_FUZZ_OPS (100000).
 
 #include <gtest/gtest.h>
@@ -77,14 +81,16 @@ struct pending_check {  // a "use" copy whose result is checked once it retires
 
 struct fuzz_counts {
   std::atomic<long> ops{0}, allocs{0}, frees{0}, uses{0}, ooms{0}, budget_refusals{0};
+  long device_allocs = 0, device_frees = 0;  // segments, or maps and unmaps (expandable)
   std::atomic<long> pattern_mismatches{0}, invariant_failures{0}, early_reuses{0}, checked_copies{0};
 };
 
 class fuzz_run {
  public:
-  fuzz_run(std::uint64_t seed, int workers, long ops, int global_check_every)
+  fuzz_run(std::uint64_t seed, int workers, long ops, int global_check_every, bool expandable)
       : seed_(seed), workers_(workers), ops_per_worker_(ops / workers), check_every_(global_check_every),
-        rig_(std::size_t{3} << 29), alloc_(rig_.dev, {.budget = 768 * MiB, .max_split_size = 48 * MiB}) {
+        rig_(std::size_t{3} << 29),
+        alloc_(rig_.dev, {.budget = 768 * MiB, .max_split_size = 48 * MiB, .expandable_segments = expandable}) {
     streams_.push_back(default_stream);
     for (int i = 0; i < 3; ++i) streams_.push_back(rig_.dev.create_stream());
   }
@@ -288,8 +294,14 @@ class fuzz_run {
     std::int64_t reserved = 0, allocated = 0, active = 0, inactive_split = 0, n_alloc = 0;
     std::int64_t n_active = 0, n_inactive_split = 0;
     std::vector<std::pair<std::uintptr_t, std::uintptr_t>> spans;
+    const std::size_t g = rig_.dev.granularity();
     for (const auto& seg : snap) {
       reserved += std::int64_t(seg.total_size);
+      if (seg.expandable != alloc_.expandable_segments()) counts.invariant_failures++;
+      if (seg.expandable && (seg.address % g != 0 || seg.total_size % g != 0)) {
+        ADD_FAILURE() << "a mapped range of " << seg.total_size << " B at " << seg.address << " is not whole granules";
+        counts.invariant_failures++;
+      }
       std::uintptr_t next = seg.address;
       for (const auto& b : seg.blocks) {
         if (b.address != next) counts.invariant_failures++;
@@ -321,12 +333,20 @@ class fuzz_run {
                     n_inactive_split == s.inactive_split.all().current &&
                     std::int64_t(snap.size()) == s.segment.all().current &&
                     (s.budget < 0 || reserved <= s.budget);
+    const memory_info m = rig_.dev.memory();
+    if (alloc_.expandable_segments() && std::int64_t(m.total_bytes - m.free_bytes) != reserved) {
+      ADD_FAILURE() << "the device has " << m.total_bytes - m.free_bytes << " B mapped, the allocator reserves "
+                    << reserved;
+      counts.invariant_failures++;
+    }
     if (!ok) {
       ADD_FAILURE() << "statistics disagree with the blocks: reserved " << reserved << "/"
                     << s.reserved_bytes.all().current << ", allocated " << allocated << "/"
                     << s.allocated_bytes.all().current << ", active " << active << "/"
                     << s.active_bytes.all().current << ", inactive_split " << inactive_split << "/"
-                    << s.inactive_split_bytes.all().current;
+                    << s.inactive_split_bytes.all().current << " (" << n_inactive_split << "/"
+                    << s.inactive_split.all().current << " blocks), segments " << snap.size() << "/"
+                    << s.segment.all().current;
       counts.invariant_failures++;
     }
   }
@@ -335,6 +355,8 @@ class fuzz_run {
     for (const guard& g : guards_) rig_.dev.destroy_event(g.event);
     check_invariants();
     const auto s = alloc_.stats();
+    counts.device_allocs = s.num_device_alloc;
+    counts.device_frees = s.num_device_free;
     EXPECT_EQ(s.allocated_bytes.all().current, 0);
     alloc_.empty_cache();
     EXPECT_EQ(alloc_.stats().reserved_bytes.all().current, 0);
@@ -365,10 +387,12 @@ long ops_from_env() {
 
 void report(const char* name, std::uint64_t seed, const fuzz_counts& c) {
   std::printf("[%s] seed=%llu ops=%ld allocs=%ld frees=%ld uses=%ld checked_copies=%ld ooms=%ld "
-              "budget_refusals=%ld pattern_mismatches=%ld invariant_failures=%ld early_reuses=%ld\n",
+              "budget_refusals=%ld pattern_mismatches=%ld invariant_failures=%ld early_reuses=%ld "
+              "device_allocs=%ld device_frees=%ld\n",
               name, static_cast<unsigned long long>(seed), c.ops.load(), c.allocs.load(), c.frees.load(),
               c.uses.load(), c.checked_copies.load(), c.ooms.load(), c.budget_refusals.load(),
-              c.pattern_mismatches.load(), c.invariant_failures.load(), c.early_reuses.load());
+              c.pattern_mismatches.load(), c.invariant_failures.load(), c.early_reuses.load(), c.device_allocs,
+              c.device_frees);
 }
 
 void expect_clean(const fuzz_counts& c) {
@@ -379,32 +403,37 @@ void expect_clean(const fuzz_counts& c) {
   EXPECT_GT(c.checked_copies.load(), 0);
 }
 
-TEST(CachingAllocatorFuzz, OneWorkerCheckedAfterEveryStep) {
+class CachingAllocatorFuzz : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CachingAllocatorFuzz, OneWorkerCheckedAfterEveryStep) {
   const std::uint64_t seed = seed_from_env();
   SCOPED_TRACE("TP_FUZZ_SEED=" + std::to_string(seed));
-  fuzz_run run(seed, 1, ops_from_env(), /*global_check_every=*/1);
+  fuzz_run run(seed, 1, ops_from_env(), /*global_check_every=*/1, GetParam());
   run.run();
   report("1 worker", seed, run.counts);
   expect_clean(run.counts);
 }
 
-TEST(CachingAllocatorFuzz, FourWorkersFourStreams) {
+TEST_P(CachingAllocatorFuzz, FourWorkersFourStreams) {
   const std::uint64_t seed = seed_from_env();
   SCOPED_TRACE("TP_FUZZ_SEED=" + std::to_string(seed));
-  fuzz_run run(seed, 4, ops_from_env(), /*global_check_every=*/64);
+  fuzz_run run(seed, 4, ops_from_env(), /*global_check_every=*/64, GetParam());
   run.run();
   report("4 workers", seed, run.counts);
   expect_clean(run.counts);
 }
 
-// Seeds that once failed stay here as regression tests (none yet).
-TEST(CachingAllocatorFuzz, RegressionSeeds) {
+// Seeds that once failed stay here as regression tests.
+TEST_P(CachingAllocatorFuzz, RegressionSeeds) {
   for (const std::uint64_t seed : {1ull, 42ull}) {
-    fuzz_run run(seed, 2, 5000, 8);
+    fuzz_run run(seed, 2, 5000, 8, GetParam());
     run.run();
     expect_clean(run.counts);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Segments, CachingAllocatorFuzz, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Expandable" : "Plain"; });
 
 }  // namespace
 }  // namespace tp

@@ -128,7 +128,7 @@ TEST(Config, EveryKeyTableDefaultParsesToTheDefault) {
     EXPECT_FALSE(key.accepted.empty());
     EXPECT_FALSE(key.description.empty());
   }
-  EXPECT_EQ(tp::config_keys().size(), 12u);
+  EXPECT_EQ(tp::config_keys().size(), 13u);
   EXPECT_THAT(tp::config_keys_markdown(), HasSubstr("| `max_split_size` |"));
 }
 
@@ -150,6 +150,22 @@ TEST(Config, ParsesEveryKey) {
   EXPECT_EQ(c.sim_capacity, 8 * GiB);
   EXPECT_EQ(c.timeline_events, 5000u);
   EXPECT_EQ(c.compress, "Conv2d=pool2;ReLU=bf16");
+}
+
+TEST(Config, ExpandableSegmentsTakesPyTorchsTrueAndFalse) {
+  EXPECT_TRUE(tp::config{}.expandable_segments);  // Note [Expandable segments by default] in config.cpp
+  EXPECT_FALSE(tp::parse_config("expandable_segments:False", "x").expandable_segments);
+  EXPECT_TRUE(tp::parse_config("expandable_segments:true", "x").expandable_segments);
+  tp::config c;
+  c.expandable_segments = false;
+  EXPECT_EQ(tp::to_string(c), "expandable_segments:False");
+  EXPECT_EQ(tp::parse_config(tp::to_string(c), "x"), c);
+  try {
+    (void)tp::parse_config("expandable_segments:yes", "PYTORCH_CUDA_ALLOC_CONF");
+    ADD_FAILURE() << "yes was accepted";
+  } catch (const tp::config_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("True, False"));
+  }
 }
 
 TEST(Config, TimelineEventsIsAWholeNumberAboveZero) {
@@ -350,7 +366,8 @@ TEST(SplitAllocConf, SeparatesOurKeysFromPyTorchsPreservingOrder) {
   const auto s = tp::split_alloc_conf(
       "expandable_segments:False, backend:tensorpager,garbage_collection_threshold:0.6,"
       "budget:12GiB,max_split_size_mb:128,policy:dtr,");
-  EXPECT_EQ(s.ours, "backend:tensorpager,budget:12GiB,policy:dtr");
+  // expandable_segments is PyTorch's key and ours: both sides keep it.
+  EXPECT_EQ(s.ours, "expandable_segments:False,backend:tensorpager,budget:12GiB,policy:dtr");
   EXPECT_EQ(s.theirs, "expandable_segments:False,garbage_collection_threshold:0.6,"
                       "max_split_size_mb:128");
 }
@@ -358,7 +375,7 @@ TEST(SplitAllocConf, SeparatesOurKeysFromPyTorchsPreservingOrder) {
 TEST(SplitAllocConf, KeepsBracketedValuesAsOneEntry) {
   const auto s = tp::split_alloc_conf(
       "roundup_power2_divisions:[256:1,512:2,>:1],budget:0.5,expandable_segments:True");
-  EXPECT_EQ(s.ours, "budget:0.5");
+  EXPECT_EQ(s.ours, "budget:0.5,expandable_segments:True");
   EXPECT_EQ(s.theirs, "roundup_power2_divisions:[256:1,512:2,>:1],expandable_segments:True");
 }
 

@@ -146,6 +146,54 @@ TEST_P(DeviceConformance, ReservesMapsRemapsAndReleases) {
   dev_->release(base, 4 * g);
 }
 
+// What expandable segments (Note [Expandable segments] in
+// allocator/caching_allocator.hpp) rely on: unmapping a granule-aligned part
+// of an earlier mapping leaves the rest mapped with its contents, and the
+// physical memory comes back as free memory that can be mapped elsewhere.
+TEST_P(DeviceConformance, UnmapsPartOfAMappingAndKeepsTheRest) {
+  const std::size_t g = dev_->granularity();
+  auto* base = static_cast<std::byte*>(dev_->reserve(4 * g));
+  host_buffer src(*dev_, g), out(*dev_, g);
+  ASSERT_TRUE(src.get() && out.get());
+  ASSERT_TRUE(dev_->try_map(base, 4 * g));
+  src.fill_random(11);
+  dev_->copy_async(base + 3 * g, src.get(), g, tp::default_stream);
+  dev_->synchronize(tp::default_stream);
+  const tp::memory_info mapped = dev_->memory();
+  dev_->unmap(base + g, 2 * g);  // the middle of one mapping
+  // Another process may use a real GPU meanwhile: allow 1% of the total.
+  EXPECT_GE(dev_->memory().free_bytes + mapped.total_bytes / 100, mapped.free_bytes + 2 * g);
+  dev_->copy_async(out.get(), base + 3 * g, g, tp::default_stream);
+  dev_->synchronize(tp::default_stream);
+  EXPECT_TRUE(out.same_as(src)) << "the granules after the unmapped range lost their contents";
+  // The middle maps again, and a copy spans all four granules.
+  ASSERT_TRUE(dev_->try_map(base + g, 2 * g));
+  host_buffer big(*dev_, 4 * g), big_out(*dev_, 4 * g);
+  ASSERT_TRUE(big.get() && big_out.get());
+  big.fill_random(12);
+  dev_->copy_async(base, big.get(), 4 * g, tp::default_stream);
+  dev_->copy_async(big_out.get(), base, 4 * g, tp::default_stream);
+  dev_->synchronize(tp::default_stream);
+  EXPECT_TRUE(big_out.same_as(big));
+  dev_->unmap(base, g);
+  dev_->unmap(base + g, 3 * g);  // across the two mappings
+  dev_->release(base, 4 * g);
+}
+
+TEST_P(DeviceConformance, TryMapBeyondTheDeviceReturnsFalseAndMapsNothing) {
+  const std::size_t g = dev_->granularity();
+  const std::size_t total = dev_->memory().total_bytes;
+  const std::size_t bytes = (total / g + 2) * g;
+  void* base = dev_->reserve(bytes);
+  const std::size_t free_before = dev_->memory().free_bytes;
+  EXPECT_FALSE(dev_->try_map(base, bytes));
+  EXPECT_GE(dev_->memory().free_bytes + total / 100, free_before);
+  // The range is still unmapped: a granule of it maps.
+  ASSERT_TRUE(dev_->try_map(base, g));
+  dev_->unmap(base, g);
+  dev_->release(base, bytes);
+}
+
 TEST_P(DeviceConformance, RoundTripsHostDeviceHostBitIdentical) {
   const tp::stream_id s = dev_->create_stream();
   for (std::size_t bytes : {std::size_t{1}, std::size_t{4099}, 3 * MiB + 123}) {

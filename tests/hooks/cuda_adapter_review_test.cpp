@@ -233,7 +233,7 @@ TEST_F(CudaAdapterReview, GetBaseAllocationFindsTheSegment) {
 }
 
 TEST_F(CudaAdapterReview, SnapshotListsSegmentsOfTheDefaultPoolAndTheSettings) {
-  make("device:cuda,max_split_size:128MiB");
+  make("device:cuda,max_split_size:128MiB,expandable_segments:False");
   void* p = adapter_->raw_alloc(3 * MiB);
   const auto info = adapter_->snapshot({0, 0}, true);
   ASSERT_EQ(info.segments.size(), 1u);

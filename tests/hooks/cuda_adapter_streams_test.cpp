@@ -90,8 +90,26 @@ TEST_F(CudaAdapterStreams, RecordStreamThroughTheDeviceGenericOverload) {
 
 // --- trace trackers -----------------------------------------------------------------
 
+TEST_F(CudaAdapterStreams, TraceTrackersSeeAnExpandableSegmentsMappedRangesAsSegments) {
+  make("device:cuda,budget:64MiB,expandable_segments:True");
+  std::vector<std::tuple<TraceEntry::Action, int, std::size_t, std::size_t>> seen;
+  adapter_->attachAllocatorTraceTracker([&](const TraceEntry& e) {
+    seen.emplace_back(e.action_, e.device_, e.addr_, e.size_);
+  });
+  platform_->set_current_device(1);
+  void* p = adapter_->raw_alloc(4 * MiB);
+  adapter_->raw_delete(p);
+  adapter_->emptyCache({0, 0});
+  ASSERT_EQ(seen.size(), 4u);
+  const auto address = reinterpret_cast<std::size_t>(p);
+  EXPECT_EQ(seen[0], std::make_tuple(TraceEntry::SEGMENT_ALLOC, 1, address, 4 * MiB));  // the granules mapped
+  EXPECT_EQ(seen[1], std::make_tuple(TraceEntry::ALLOC, 1, address, 4 * MiB));
+  EXPECT_EQ(seen[2], std::make_tuple(TraceEntry::FREE_REQUESTED, 1, address, 4 * MiB));
+  EXPECT_EQ(seen[3], std::make_tuple(TraceEntry::SEGMENT_FREE, 1, address, 4 * MiB));  // unmapped
+}
+
 TEST_F(CudaAdapterStreams, TraceTrackersSeeSegmentsAllocationsFreesAndOutOfMemory) {
-  make("device:cuda,budget:64MiB");
+  make("device:cuda,budget:64MiB,expandable_segments:False");
   std::vector<std::tuple<TraceEntry::Action, int, std::size_t, std::size_t>> seen;
   adapter_->attachAllocatorTraceTracker([&](const TraceEntry& e) {
     seen.emplace_back(e.action_, e.device_, e.addr_, e.size_);

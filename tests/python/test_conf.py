@@ -27,7 +27,8 @@ def test_split_alloc_conf_mirrors_cpp() -> None:
     ours, theirs = _conf.split_alloc_conf(
         "backend:tensorpager,budget:1GiB,expandable_segments:False,policy:lru"
     )
-    assert ours == ["backend:tensorpager", "budget:1GiB", "policy:lru"]
+    # expandable_segments is PyTorch's key and tensorpager's: both keep it.
+    assert ours == ["backend:tensorpager", "budget:1GiB", "expandable_segments:False", "policy:lru"]
     assert theirs == ["expandable_segments:False"]
     # Another backend is PyTorch's too.
     ours, theirs = _conf.split_alloc_conf("backend:cudaMallocAsync,budget:1GiB")
@@ -38,7 +39,18 @@ def test_split_alloc_conf_mirrors_cpp() -> None:
 def test_moves_our_keys_and_keeps_pytorchs_in_order() -> None:
     env = {CUDA: "backend:tensorpager,budget:1GiB,expandable_segments:False"}
     assert _conf.move_alloc_conf_keys(env) == []
-    assert env == {CUDA: "expandable_segments:False", TP: "backend:tensorpager,budget:1GiB"}
+    assert env == {CUDA: "expandable_segments:False", TP: "backend:tensorpager,budget:1GiB,expandable_segments:False"}
+
+
+def test_expandable_segments_without_our_backend_stays_pytorchs_without_a_notice() -> None:
+    env = {CUDA: "expandable_segments:True,max_split_size_mb:128"}
+    assert _conf.move_alloc_conf_keys(env) == []
+    assert env == {CUDA: "expandable_segments:True,max_split_size_mb:128"}
+
+
+def test_install_takes_a_bool_for_expandable_segments() -> None:
+    assert _conf.option_to_text("expandable_segments", False) == "expandable_segments:False"
+    assert _conf.merge_options("budget:1GiB", {"expandable_segments": True}) == "budget:1GiB,expandable_segments:True"
 
 
 def test_keeps_bracketed_pytorch_values_intact() -> None:

@@ -22,7 +22,8 @@ def test_alloc_conf_is_cleaned_and_tensorpager_installs_at_torch_import() -> Non
         """
         import os, sys
         assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:False", os.environ
-        assert os.environ["TENSORPAGER_CONF"] == "backend:tensorpager,budget:1GiB"
+        # expandable_segments is PyTorch's key and tensorpager's: both keep it (_keys.SHARED_KEYS)
+        assert os.environ["TENSORPAGER_CONF"] == "backend:tensorpager,budget:1GiB,expandable_segments:False", os.environ
         assert "torch" not in sys.modules and "tensorpager._C" not in sys.modules
         import torch
         import tensorpager as tp

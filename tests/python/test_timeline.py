@@ -220,8 +220,13 @@ def test_pickle_has_the_keys_and_actions_memory_viz_needs(run: dict[str, Any]) -
             assert {"address", "size", "requested_size", "state", "frames"} <= b.keys()
             assert b["state"] in ("active_allocated", "active_pending_free", "inactive")
     actions = {e["action"] for e in snap["device_traces"][0]}
-    assert {"alloc", "free_requested", "free_completed", "segment_alloc"} <= actions
-    assert actions <= {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom"}
+    # Expandable segments by default: granules are mapped (segment_map), as
+    # PyTorch records them; plain segments (segment_alloc) serve what a
+    # granule would not fit (none here).
+    assert {"alloc", "free_requested", "free_completed", "segment_map"} <= actions
+    assert actions <= {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
+                       "segment_unmap", "oom"}
+    assert all(s["is_expandable"] for s in snap["segments"])
     for e in snap["device_traces"][0]:
         assert {"action", "addr", "size", "stream", "frames", "time_us"} <= e.keys()
     categories = {e.get("category") for e in snap["device_traces"][0]}
@@ -246,13 +251,15 @@ def test_replaying_the_device_traces_gives_the_final_statistics(run: dict[str, A
         size = e["size"]
         allocated += {"alloc": size, "free_requested": -size}.get(e["action"], 0)
         active += {"alloc": size, "free_completed": -size}.get(e["action"], 0)
-        reserved += {"segment_alloc": size, "segment_free": -size}.get(e["action"], 0)
-        segments += {"segment_alloc": 1, "segment_free": -1}.get(e["action"], 0)
+        reserved += {"segment_alloc": size, "segment_free": -size, "segment_map": size,
+                     "segment_unmap": -size}.get(e["action"], 0)
     final = run["final"]
     assert allocated == final["allocated_bytes.all.current"]
     assert reserved == final["reserved_bytes.all.current"]
     assert active == final["active_bytes.all.current"]
-    assert segments == final["segment.all.current"] == len(snap["segments"])
+    # Each mapped range is a segment (Note [Expandable segments]).
+    assert final["segment.all.current"] == len(snap["segments"])
+    assert sum(s["total_size"] for s in snap["segments"]) == reserved
     assert sum(s["allocated_size"] for s in snap["segments"]) == allocated
 
 

@@ -31,11 +31,12 @@ struct runtime_rig {
     std::int64_t latency_ns = 0;
     std::optional<std::size_t> budget{};
     std::optional<std::size_t> host_budget{};
+    bool expandable = false;  ///< the allocator's expandable segments
   };
   runtime_rig() : runtime_rig(config{}) {}
   explicit runtime_rig(config c)
       : dev(device_options(c), clk),
-        alloc(dev, {.budget = c.budget}),
+        alloc(dev, {.budget = c.budget, .max_split_size = SIZE_MAX, .expandable_segments = c.expandable}),
         host(dev, {.host_budget = c.host_budget}),
         compute(dev.create_stream()) {}
   static simulated_device::options device_options(const config& c) {

@@ -1,0 +1,243 @@
+// caching_allocator: the pools of free blocks, splitting and merging, plain
+// segments and the budget. The lock is held throughout (callers in
+// caching_allocator.cpp take it).
+
+#include <algorithm>
+
+#include "allocator/caching_allocator.hpp"
+
+namespace tp {
+
+using detail::block;
+using detail::segment;
+
+namespace {
+std::int64_t i64(std::size_t x) { return static_cast<std::int64_t>(x); }
+}  // namespace
+
+// Note [Small requests from large blocks]
+// PyTorch keeps the pools apart: a small request never takes a large block.
+// Under a budget that strands memory: the cache can hold megabytes of free
+// large blocks inside segments that are partly in use (so they cannot be
+// released), while a 512 KiB request needs a new 2 MiB small segment that the
+// budget no longer allows. When no small block and no new small segment can
+// be had, a small request is therefore carved from a free large block (split
+// by the large pool's rules; it stays a large-pool block, counted there, and
+// merges back into its segment when freed). Without a budget this happens
+// only when the device itself is full.
+block* caching_allocator::try_allocate_block(std::size_t size, stream_id stream) {
+  const pool_kind pool = size_policy::pool_for(size);
+  if (block* b = take_free_block(pool, size, stream)) return b;
+  if (block* b = expandable_ ? grow_expandable(pool, size, stream) : allocate_segment(pool, size, stream)) return b;
+  if (pool == pool_kind::small) return take_free_block(pool_kind::large, size, stream);
+  return nullptr;
+}
+
+block* caching_allocator::take_free_block(pool_kind pool, std::size_t size, stream_id stream) {
+  detail::block_pool& blocks = pool_of(pool);
+  block key;
+  key.stream = stream;
+  key.size = size;
+  const auto it = blocks.lower_bound(&key);
+  if (it == blocks.end() || (*it)->stream != stream) return nullptr;
+  if (!size_policy::may_serve((*it)->size, size, max_split_size_)) return nullptr;
+  block* b = *it;
+  pool_erase(b);
+  return b;
+}
+
+bool caching_allocator::fits_budget(std::size_t bytes) const {
+  if (!budget_) return true;
+  const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.all().current);
+  return reserved <= *budget_ && bytes <= *budget_ - reserved;
+}
+
+std::size_t caching_allocator::headroom() const {
+  std::size_t room = device_.memory().free_bytes;
+  if (budget_) {
+    const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.all().current);
+    room = std::min(room, *budget_ > reserved ? *budget_ - reserved : 0);
+  }
+  return room;
+}
+
+// What the reclaimer is asked for: the bytes the next segment (or, in an
+// expandable segment, the planned mapping) needs beyond the headroom.
+std::size_t caching_allocator::shortfall(std::size_t size, stream_id stream) const {
+  std::size_t want = size_policy::min_segment_size(size);
+  if (expandable_) {
+    const std::optional<growth_plan> plan = plan_growth(size_policy::pool_for(size), size, stream);
+    want = plan ? plan->cost() : size_policy::round_up(size, granularity_);
+  }
+  const std::size_t room = headroom();
+  // With headroom but no success the device is fragmented: ask for it all.
+  return want > room ? want - room : want;
+}
+
+block* caching_allocator::allocate_segment(pool_kind pool, std::size_t size, stream_id stream) {
+  std::size_t seg_size = size_policy::segment_size(size);
+  void* ptr = nullptr;
+  if (fits_budget(seg_size)) ptr = device_.try_allocate(seg_size);
+  if (ptr == nullptr) {
+    seg_size = size_policy::min_segment_size(size);
+    if (!fits_budget(seg_size)) return nullptr;
+    ptr = device_.try_allocate(seg_size);
+    if (ptr == nullptr) return nullptr;
+  }
+  auto seg = std::make_unique<segment>();
+  seg->address = reinterpret_cast<std::uintptr_t>(ptr);
+  seg->size = seg_size;
+  seg->stream = stream;
+  seg->pool = pool;
+  auto* b = new block;
+  b->address = seg->address;
+  b->size = seg_size;
+  b->stream = stream;
+  b->pool = pool;
+  b->seg = seg.get();
+  seg->first = b;
+  segments_.emplace(seg->address, std::move(seg));
+  ++stats_.num_device_alloc;
+  stats_.segment.add(pool, 1);
+  stats_.reserved_bytes.add(pool, i64(seg_size));
+  if (seg_size >= max_split_size_) stats_.oversize_segments.add(1);
+  notify(allocator_event_kind::segment_alloc, b, seg_size);
+  if (segment_listener_ != nullptr) segment_listener_->on_segment_alloc(b->address, seg_size, stream);
+  return b;
+}
+
+void* caching_allocator::hand_out(block* b, std::size_t size, std::size_t requested) {
+  if (size_policy::should_split(b->pool, b->size, size, max_split_size_, b->seg->expandable)) {
+    auto* rest = new block;
+    rest->address = b->address + size;
+    rest->size = b->size - size;
+    rest->stream = b->stream;
+    rest->pool = b->pool;
+    rest->seg = b->seg;
+    rest->prev = b;
+    rest->next = b->next;
+    if (b->next != nullptr) b->next->prev = rest;
+    b->next = rest;
+    b->size = size;
+    pool_insert(rest);
+  }
+  b->allocated = true;
+  b->requested = requested;
+  allocated_.emplace(b->address, b);
+  stats_.allocation.add(b->pool, 1);
+  stats_.allocated_bytes.add(b->pool, i64(b->size));
+  high_water_ = std::max(high_water_, stats_.allocated_bytes.all().current);
+  stats_.requested_bytes.add(b->pool, i64(requested));
+  stats_.active.add(b->pool, 1);
+  stats_.active_bytes.add(b->pool, i64(b->size));
+  if (b->size >= max_split_size_) stats_.oversize_allocations.add(1);
+  notify(allocator_event_kind::alloc, b, b->size, requested);
+  return b->ptr();
+}
+
+// Requires: b is neither allocated nor waiting on events, and not in a pool.
+// kind: free_completed, or free when deallocate() sent no free_requested.
+void caching_allocator::free_block(block* b, allocator_event_kind kind) {
+  stats_.active.add(b->pool, -1);
+  stats_.active_bytes.add(b->pool, -i64(b->size));
+  notify(kind, b, b->size);
+  cache_block(b);
+}
+
+// Merges a free mapped block with its cached neighbours and puts the result
+// in its pool. Requires: b is mapped, free, not waiting, not in a pool.
+void caching_allocator::cache_block(block* b) {
+  if (b->prev != nullptr && b->prev->is_cached()) merge_into(b, b->prev);
+  if (b->next != nullptr && b->next->is_cached()) merge_into(b, b->next);
+  pool_insert(b);
+}
+
+// Requires: neighbour is b's prev or next and is cached (so in its pool).
+void caching_allocator::merge_into(block* b, block* neighbour) {
+  pool_erase(neighbour);
+  absorb(b, neighbour);
+}
+
+// Requires: neighbour is b's prev or next, in no pool or set.
+void caching_allocator::absorb(block* b, block* neighbour) {
+  if (neighbour == b->prev) {
+    b->address = neighbour->address;
+    b->prev = neighbour->prev;
+    if (b->prev != nullptr) b->prev->next = b;
+    else b->seg->first = b;
+  } else {
+    b->next = neighbour->next;
+    if (b->next != nullptr) b->next->prev = b;
+  }
+  b->size += neighbour->size;
+  delete neighbour;
+}
+
+// A block enters or leaves its pool; inactive_split counts the pooled
+// blocks that share a mapped range with others (block::is_split()). A pooled
+// block's neighbours stay mapped while it is pooled (it is taken out before
+// a neighbour is mapped next to it: map_range), so both see the same answer.
+void caching_allocator::pool_insert(block* b) {
+  pool_of(b->pool).insert(b);
+  if (b->is_split()) {
+    stats_.inactive_split.add(b->pool, 1);
+    stats_.inactive_split_bytes.add(b->pool, i64(b->size));
+  }
+}
+
+void caching_allocator::pool_erase(block* b) {
+  pool_of(b->pool).erase(b);
+  if (b->is_split()) {
+    stats_.inactive_split.add(b->pool, -1);
+    stats_.inactive_split_bytes.add(b->pool, -i64(b->size));
+  }
+}
+
+// Returns every plain segment that is wholly free to the device.
+std::size_t caching_allocator::release_cached_segments() {
+  std::size_t released = 0;
+  for (detail::block_pool* blocks : {&small_blocks_, &large_blocks_}) {
+    for (auto it = blocks->begin(); it != blocks->end();) {
+      block* b = *it;
+      if (b->is_split() || b->seg->expandable) {
+        ++it;
+        continue;
+      }
+      it = blocks->erase(it);
+      const auto seg_it = segments_.find(b->address);
+      const std::size_t size = seg_it->second->size;
+      if (segment_listener_ != nullptr) segment_listener_->on_segment_free(b->address, size, b->stream);
+      device_.deallocate(b->ptr(), size);
+      ++stats_.num_device_free;
+      stats_.segment.add(b->pool, -1);
+      stats_.reserved_bytes.add(b->pool, -i64(size));
+      if (size >= max_split_size_) stats_.oversize_segments.add(-1);
+      notify(allocator_event_kind::segment_free, b, size);
+      released += size;
+      segments_.erase(seg_it);
+      delete b;
+    }
+  }
+  return released;
+}
+
+// Note [Expandable segments], "Less than a granule": with expandable
+// segments, a request the budget has room for, but not for the granules it
+// would map, gets a plain segment of just its size.
+block* caching_allocator::allocate_plain_fallback(std::size_t size, stream_id stream) {
+  if (!expandable_) return nullptr;
+  return allocate_segment(size_policy::pool_for(size), size, stream);
+}
+
+// Note [Reclaim]: frees what the cache holds so that the request can grow
+// its segment (or get a new one) within the budget.
+void caching_allocator::make_room(std::size_t size, stream_id stream) {
+  release_cached_segments();
+  if (!expandable_) return;
+  const std::optional<growth_plan> plan = plan_growth(size_policy::pool_for(size), size, stream);
+  const std::size_t cost = plan ? plan->cost() : size_policy::round_up(size, granularity_);
+  const std::size_t room = headroom();
+  if (cost > room) unmap_free_granules(cost - room, plan ? &*plan : nullptr);
+}
+
+}  // namespace tp

@@ -1,0 +1,264 @@
+// caching_allocator: expandable segments (Note [Expandable segments] in
+// caching_allocator.hpp). The lock is held throughout.
+
+#include <algorithm>
+#include <vector>
+
+#include "allocator/caching_allocator.hpp"
+
+namespace tp {
+
+using detail::block;
+using detail::segment;
+using size_policy::round_up;
+
+namespace {
+
+std::int64_t i64(std::size_t x) { return static_cast<std::int64_t>(x); }
+std::size_t round_down(std::size_t x, std::size_t m) { return x / m * m; }
+
+block* new_block(segment& seg, std::uintptr_t address, std::size_t size, bool mapped) {
+  auto* b = new block;
+  b->address = address;
+  b->size = size;
+  b->stream = seg.stream;
+  b->pool = seg.pool;
+  b->seg = &seg;
+  b->mapped = mapped;
+  return b;
+}
+
+// Puts `b` where `old` is in its segment's list (old is unlinked, not freed).
+void replace_in_list(block* old, block* b) {
+  b->prev = old->prev;
+  b->next = old->next;
+  if (b->prev != nullptr) b->prev->next = b;
+  else b->seg->first = b;
+  if (b->next != nullptr) b->next->prev = b;
+}
+
+// Links `b` right after `at`.
+void link_after(block* at, block* b) {
+  b->prev = at;
+  b->next = at->next;
+  if (at->next != nullptr) at->next->prev = b;
+  at->next = b;
+}
+
+}  // namespace
+
+std::optional<caching_allocator::growth_plan> caching_allocator::plan_growth(pool_kind pool, std::size_t size,
+                                                                             stream_id stream) const {
+  const std::size_t g = granularity_;
+  std::optional<growth_plan> best;
+  const auto consider = [&](const growth_plan& p) {
+    if (!best || p.cost() < best->cost() || (p.cost() == best->cost() && p.begin < best->begin)) best = p;
+  };
+  for (const auto& [address, owned] : segments_) {
+    segment* seg = owned.get();
+    if (!seg->expandable || seg->stream != stream || seg->pool != pool) continue;
+    for (block* u : seg->unmapped) {
+      block* left = u->prev != nullptr && u->prev->is_cached() ? u->prev : nullptr;
+      block* right = u->next != nullptr && u->next->is_cached() ? u->next : nullptr;
+      const std::size_t l = left != nullptr ? left->size : 0;
+      const std::size_t r = right != nullptr ? right->size : 0;
+      if (size > l && size - l <= u->size) {  // left + a prefix of u
+        consider({seg, u, left, nullptr, u->address, u->address + round_up(size - l, g)});
+      }
+      if (right != nullptr && size > r && size - r <= u->size) {  // a suffix of u + right
+        consider({seg, u, nullptr, right, u->end() - round_up(size - r, g), u->end()});
+      }
+      if (left != nullptr && right != nullptr && l + u->size + r >= size) {  // left + u + right
+        consider({seg, u, left, right, u->address, u->end()});
+      }
+    }
+  }
+  return best;
+}
+
+block* caching_allocator::grow_expandable(pool_kind pool, std::size_t size, stream_id stream) {
+  std::optional<growth_plan> plan = plan_growth(pool, size, stream);
+  if (!plan) {
+    // No segment of this stream and pool has the address space: reserve one,
+    // but only when its first mapping would fit the budget.
+    const std::size_t first = round_up(size, granularity_);
+    if (!fits_budget(first)) return nullptr;
+    const std::size_t bytes = std::max(reservation_size_, first);
+    auto seg = std::make_unique<segment>();
+    seg->address = reinterpret_cast<std::uintptr_t>(device_.reserve(bytes));
+    seg->size = bytes;
+    seg->stream = stream;
+    seg->pool = pool;
+    seg->expandable = true;
+    block* u = new_block(*seg, seg->address, bytes, /*mapped=*/false);
+    seg->first = u;
+    seg->unmapped.insert(u);
+    plan = growth_plan{seg.get(), u, nullptr, nullptr, u->address, u->address + first};
+    segments_.emplace(seg->address, std::move(seg));
+  }
+  if (!fits_budget(plan->cost())) return nullptr;
+  return map_range(*plan);
+}
+
+// Maps the plan's range and merges it with the free neighbours the plan
+// builds on. Returns the merged free block (in no pool), or nullptr, changing
+// nothing, when the device has no room.
+block* caching_allocator::map_range(const growth_plan& plan) {
+  block* u = plan.unmapped;
+  segment& seg = *plan.seg;
+  if (!device_.try_map(reinterpret_cast<void*>(plan.begin), plan.cost())) return nullptr;
+  // A mapped range is what a segment is for the listener (its trackers see
+  // memory arrive and leave); Note [Expandable segments].
+  if (segment_listener_ != nullptr) segment_listener_->on_segment_alloc(plan.begin, plan.cost(), seg.stream);
+  // Cached neighbours that the new range touches leave their pool before
+  // their neighbour becomes mapped (see pool_insert).
+  block* left = plan.begin == u->address && u->prev != nullptr && u->prev->is_cached() ? u->prev : nullptr;
+  block* right = plan.end == u->end() && u->next != nullptr && u->next->is_cached() ? u->next : nullptr;
+  if (left != nullptr) pool_erase(left);
+  if (right != nullptr) pool_erase(right);
+
+  seg.unmapped.erase(u);
+  const std::uintptr_t u_end = u->end();
+  block* m = new_block(seg, plan.begin, plan.cost(), /*mapped=*/true);
+  if (plan.begin > u->address) {  // u keeps the head
+    u->size = plan.begin - u->address;
+    link_after(u, m);
+    seg.unmapped.insert(u);
+  } else {
+    replace_in_list(u, m);
+    delete u;
+  }
+  if (plan.end < u_end) {
+    block* tail = new_block(seg, plan.end, u_end - plan.end, /*mapped=*/false);
+    link_after(m, tail);
+    seg.unmapped.insert(tail);
+  }
+  count_mapped_ranges(m, /*mapping=*/true);
+  ++stats_.num_device_alloc;
+  stats_.reserved_bytes.add(seg.pool, i64(plan.cost()));
+  notify(allocator_event_kind::segment_map, m, plan.cost(), seg.address);
+  if (left != nullptr) absorb(m, left);
+  if (right != nullptr) absorb(m, right);
+  return m;
+}
+
+// Unmaps whole granules of free blocks of expandable segments, largest
+// first, until `want` bytes are unmapped (SIZE_MAX: all of them), sparing the
+// blocks `spare` builds on. Returns the bytes unmapped.
+std::size_t caching_allocator::unmap_free_granules(std::size_t want, const growth_plan* spare) {
+  const std::size_t g = granularity_;
+  const auto interior = [g](const block* b) {
+    const std::size_t begin = round_up(b->address, g);
+    const std::size_t end = round_down(b->end(), g);
+    return end > begin ? end - begin : 0;
+  };
+  std::vector<block*> candidates;
+  for (const detail::block_pool* blocks : {&large_blocks_, &small_blocks_}) {
+    for (block* b : *blocks) {
+      if (!b->seg->expandable || interior(b) == 0) continue;
+      if (spare != nullptr && (b == spare->left || b == spare->right)) continue;
+      candidates.push_back(b);
+    }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [&](const block* a, const block* b) { return interior(a) > interior(b); });
+  std::size_t released = 0;
+  for (block* b : candidates) {
+    if (released >= want) break;
+    const std::uintptr_t begin = round_up(b->address, g);
+    const std::uintptr_t end = round_down(b->end(), g);
+    // Only as many granules as still wanted, from the high end.
+    const std::size_t bytes = want == SIZE_MAX ? end - begin : std::min(end - begin, round_up(want - released, g));
+    unmap_interior(b, end - bytes, end);
+    released += bytes;
+  }
+  return released;
+}
+
+// Requires: b is cached (pooled) in an expandable segment; [begin, end) is a
+// non-empty granule-aligned range inside it.
+void caching_allocator::unmap_interior(block* b, std::uintptr_t begin, std::uintptr_t end) {
+  segment& seg = *b->seg;
+  pool_erase(b);
+  if (segment_listener_ != nullptr) segment_listener_->on_segment_free(begin, end - begin, seg.stream);
+  device_.unmap(reinterpret_cast<void*>(begin), end - begin);
+  const std::uintptr_t b_end = b->end();
+  block* u = new_block(seg, begin, end - begin, /*mapped=*/false);
+  block* head = nullptr;
+  if (begin > b->address) {
+    b->size = begin - b->address;
+    link_after(b, u);
+    head = b;
+  } else {
+    replace_in_list(b, u);
+    delete b;
+  }
+  block* tail = nullptr;
+  if (end < b_end) {
+    tail = new_block(seg, end, b_end - end, /*mapped=*/true);
+    link_after(u, tail);
+  }
+  count_mapped_ranges(u, /*mapping=*/false);
+  ++stats_.num_device_free;
+  stats_.reserved_bytes.add(seg.pool, -i64(end - begin));
+  notify(allocator_event_kind::segment_unmap, u, end - begin, seg.address);
+  if (head != nullptr) pool_insert(head);
+  if (tail != nullptr) pool_insert(tail);
+  merge_unmapped(u);
+}
+
+// Merges an unmapped block (in no set) with unmapped neighbours and files it
+// in its segment's unmapped set. Returns the merged block.
+block* caching_allocator::merge_unmapped(block* u) {
+  segment& seg = *u->seg;
+  if (u->prev != nullptr && !u->prev->mapped) {
+    seg.unmapped.erase(u->prev);
+    absorb(u, u->prev);
+  }
+  if (u->next != nullptr && !u->next->mapped) {
+    seg.unmapped.erase(u->next);
+    absorb(u, u->next);
+  }
+  seg.unmapped.insert(u);
+  return u;
+}
+
+// A segment is one block when nothing in it is mapped or allocated.
+void caching_allocator::release_empty_expandable_segments() {
+  for (auto it = segments_.begin(); it != segments_.end();) {
+    segment& seg = *it->second;
+    if (!seg.expandable || seg.first->next != nullptr || seg.first->mapped) {
+      ++it;
+      continue;
+    }
+    device_.release(reinterpret_cast<void*>(seg.address), seg.size);
+    delete seg.first;
+    it = segments_.erase(it);
+  }
+}
+
+// The destructor's part: unmaps every mapped range, allocated or not, and
+// releases the address space. The blocks stay for the caller to delete.
+void caching_allocator::destroy_expandable_segment(segment& seg) noexcept {
+  for (const block* b = seg.first; b != nullptr;) {
+    if (!b->mapped) {
+      b = b->next;
+      continue;
+    }
+    const std::uintptr_t begin = b->address;
+    while (b != nullptr && b->mapped) b = b->next;
+    const std::uintptr_t end = b != nullptr ? b->address : seg.address + seg.size;
+    device_.unmap(reinterpret_cast<void*>(begin), end - begin);
+  }
+  device_.release(reinterpret_cast<void*>(seg.address), seg.size);
+}
+
+// `segment` counts mapped ranges (Note [Expandable segments]): b has just
+// been mapped or unmapped, before any merge with its neighbours.
+void caching_allocator::count_mapped_ranges(const block* b, bool mapping) {
+  const int left = b->prev != nullptr && b->prev->mapped ? 1 : 0;
+  const int right = b->next != nullptr && b->next->mapped ? 1 : 0;
+  stats_.segment.add(b->pool, mapping ? 1 - left - right : left + right - 1);
+}
+
+}  // namespace tp

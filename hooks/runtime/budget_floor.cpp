@@ -1,0 +1,61 @@
+// Note [Budget floor]
+// A budget the steps cannot fit in should fail at once, with the figures a
+// person needs, not after a long run of evictions (or a failure in the middle
+// of a step). At the first step boundary of a ratio budget the session knows
+// two lower bounds on any workable budget: the bytes still reserved once the
+// step has ended and the cache is released (weights, gradients, optimizer
+// state; with expandable segments their granules, no more), and the step's
+// resident floor (Note [Resident floor] in runtime/resident_floor.hpp): the
+// most it held at once that no eviction could give back, which adds the
+// activation gradients in flight and the operands of the operator running.
+// A ratio that resolves below the larger of the two is refused with both
+// figures and the smallest ratio that could work. Both are lower bounds:
+// a budget above them can still fail later (fragmentation, an operator's own
+// outputs), and then the allocator's out-of-memory message says why.
+
+#include "hooks/runtime/budget_floor.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "core/errors.hpp"
+
+namespace tp::hooks {
+namespace {
+
+// hooks/ formats without fmt: torch's bundled fmt headers come first on the
+// include path here, without their library.
+std::string mib(std::size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+std::string fixed(double x, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
+}  // namespace
+
+std::size_t smallest_workable_budget(const budget_floor_figures& f) noexcept {
+  return std::max(f.between_steps, f.step_floor);
+}
+
+void check_budget_floor(std::size_t budget, const budget_floor_figures& f) {
+  const std::size_t floor = smallest_workable_budget(f);
+  if (budget >= floor) return;
+  const double peak = f.peak > 0 ? static_cast<double>(f.peak) : 1.0;
+  throw out_of_memory(
+      "tensorpager: Budget: ratio " + fixed(f.ratio, 2) + " of the first step's peak (" + mib(f.peak) +
+      " reserved) is " + mib(budget) + ", below what the steps need whatever is evicted: " + mib(f.between_steps) +
+      " stay reserved between steps (weights, gradients, optimizer state), and the first step held " +
+      mib(f.step_floor) +
+      " at once that no eviction could give back (those, activation gradients in flight, an operator's "
+      "operands). The smallest budget that could work is at least " +
+      mib(floor) + " (ratio " + fixed(static_cast<double>(floor) / peak, 2) + " of the peak); no budget is set");
+}
+
+}  // namespace tp::hooks

@@ -1,0 +1,41 @@
+// Note [Budget floor] in hooks/runtime/budget_floor.cpp: a ratio budget below
+// what no eviction can give back is refused with the figures.
+
+#include "hooks/runtime/budget_floor.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/errors.hpp"
+
+namespace tp::hooks {
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+TEST(BudgetFloor, SmallestWorkableBudgetIsTheLargerLowerBound) {
+  EXPECT_EQ(smallest_workable_budget({0.5, 400 * MiB, 90 * MiB, 240 * MiB}), 240 * MiB);
+  EXPECT_EQ(smallest_workable_budget({0.5, 400 * MiB, 300 * MiB, 240 * MiB}), 300 * MiB);
+}
+
+TEST(BudgetFloor, AcceptsABudgetAtOrAboveTheFloor) {
+  EXPECT_NO_THROW(check_budget_floor(240 * MiB, {0.6, 400 * MiB, 90 * MiB, 240 * MiB}));
+  EXPECT_NO_THROW(check_budget_floor(400 * MiB, {1.0, 400 * MiB, 90 * MiB, 0}));
+}
+
+TEST(BudgetFloor, RefusesABudgetBelowTheFloorNamingTheFigures) {
+  try {
+    check_budget_floor(120 * MiB, {0.3, 400 * MiB, 90 * MiB, 240 * MiB});
+    FAIL() << "expected tp::out_of_memory";
+  } catch (const out_of_memory& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("ratio 0.30"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("120.0 MiB"), std::string::npos) << msg;        // the budget
+    EXPECT_NE(msg.find("90.0 MiB stay reserved"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("240.0 MiB (ratio 0.60 of the peak)"), std::string::npos) << msg;  // what could work
+  }
+}
+
+}  // namespace
+}  // namespace tp::hooks

@@ -1,0 +1,64 @@
+// The resident floor (Note [Resident floor] in runtime/resident_floor.hpp):
+// the class alone, then as the runtime samples it over the real caching
+// allocator and the simulated device.
+
+#include "runtime/resident_floor.hpp"
+
+#include <gtest/gtest.h>
+
+#include "runtime/runtime.hpp"
+#include "runtime_test_support.hpp"
+
+namespace tp {
+namespace {
+
+using namespace tp::testing;
+
+TEST(ResidentFloor, IsTheHighWaterMarkLessWhatWasEvictableAtBothEnds) {
+  resident_floor f;
+  f.sample(100, 40);  // first sample: 100 - 40
+  EXPECT_EQ(f.peak(), 60u);
+  f.sample(150, 90);  // min(90, 40) evictable at both ends: 150 - 40
+  EXPECT_EQ(f.peak(), 110u);
+  f.sample(120, 10);  // 120 - 10, below the peak
+  EXPECT_EQ(f.peak(), 110u);
+  f.sample(5, 10);    // never below zero
+  EXPECT_EQ(f.peak(), 110u);
+}
+
+TEST(ResidentFloor, AStepBoundaryKeepsTheLastStepsPeakUntilTheNextExceedsIt) {
+  resident_floor f;
+  f.sample(100, 0);
+  f.end_step();
+  EXPECT_EQ(f.peak(), 100u);
+  f.sample(50, 0);
+  EXPECT_EQ(f.peak(), 100u);
+  f.end_step();
+  EXPECT_EQ(f.peak(), 50u);  // the last completed step's
+  f.sample(70, 0);
+  EXPECT_EQ(f.peak(), 70u);
+}
+
+TEST(ResidentFloor, RuntimeCountsWhatIsNotEvictableAndWhatIsInUse) {
+  runtime_rig rig({.expandable = true});
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, {});
+  void* weights = rig.alloc.allocate(8 * MiB, rig.compute);  // not tracked: never evictable
+  fake_binding x(rig, 4 * MiB, 1), y(rig, 4 * MiB, 2);
+  const tensor_id tx = rt.track(x, x.bytes(), rig.compute, 0);
+  const tensor_id ty = rt.track(y, y.bytes(), rig.compute, 0);
+  rt.step();
+  EXPECT_GE(rt.floor_bytes(), 8 * MiB);
+  EXPECT_LT(rt.floor_bytes(), 16 * MiB);  // x and y could be evicted
+  // A backward-like use: a gradient (not tracked) appears, x is used.
+  void* grad = rig.alloc.allocate(4 * MiB, rig.compute);
+  rt.access(tx);
+  EXPECT_GE(rt.floor_bytes(), 16 * MiB);  // weights, the gradient and x in use
+  EXPECT_EQ(rt.stats().floor_bytes, rt.floor_bytes());
+  rig.alloc.deallocate(grad);
+  rt.untrack(tx);
+  rt.untrack(ty);
+  rig.alloc.deallocate(weights);
+}
+
+}  // namespace
+}  // namespace tp
