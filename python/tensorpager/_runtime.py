@@ -140,18 +140,8 @@ class _Tracker:
             return
         if depth == 0 and self.unpacked:
             self.step()
-        if self.recompute and depth == self.segment_depth and self._hooks_on_top(torch):
+        if self.recompute and depth == self.segment_depth:
             self.segment = _replay.Segment(module, args)
-
-    def _hooks_on_top(self, torch: Any) -> bool:
-        """False inside the user's own saved_tensors_hooks (checkpoint, save_on_cpu...):
-        they save what autograd saves there, so a segment would only hold inputs for
-        nothing (Note [Managed process] in _managed.py)."""
-        top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
-        if top is None:
-            return True
-        hooks = top(False)
-        return hooks is None or hooks[0] == self.pack
 
     def post_forward(self, module: Any, args: tuple, *rest: Any) -> None:
         # (kwargs, output) normally; torch passes fewer when the forward
