@@ -28,7 +28,7 @@ using config_text::trim;
 
 // The key table (config.hpp, config_keys()). Parsing dispatches on these
 // names; a test checks every row parses its own default.
-constexpr std::array<config_key_info, 12> key_table = {{
+constexpr std::array<config_key_info, 13> key_table = {{
     {"backend", "choice", "tensorpager, native, cudaMallocAsync", "tensorpager",
      "Which allocator serves the process; native and cudaMallocAsync leave PyTorch's own in "
      "charge."},
@@ -36,6 +36,10 @@ constexpr std::array<config_key_info, 12> key_table = {{
      "a size > 0, a ratio of the device's total memory in (0, 1] written with a decimal point "
      "and no unit (0.6, 1.0), or none",
      "none", "Cap on device memory reserved by tensorpager; beyond it the cache is freed and an allocation that still does not fit raises out-of-memory."},
+    {"manage", "choice", "activations, none", "none",
+     "activations: once torch is imported, every tensor autograd saves is managed under the "
+     "budget (swapped or recomputed) as inside tp.budget, with no code change; a ratio budget "
+     "is then a share of the first step's peak, not of the device."},
     {"host_budget", "size", "a size > 0, or none", "none",
      "Cap on the pinned host pool that holds swapped-out tensors; none means what the OS allows."},
     {"host_fallback", "choice", "error, pageable", "error",
@@ -87,6 +91,10 @@ constexpr std::array<choice<policy_kind>, 4> policy_choices = {{
 constexpr std::array<choice<host_fallback_mode>, 2> fallback_choices = {{
     {"error", host_fallback_mode::error},
     {"pageable", host_fallback_mode::pageable},
+}};
+constexpr std::array<choice<manage_kind>, 2> manage_choices = {{
+    {"none", manage_kind::none},
+    {"activations", manage_kind::activations},
 }};
 constexpr std::array<choice<device_kind>, 2> device_choices = {{
     {"cuda", device_kind::cuda},
@@ -221,6 +229,8 @@ void apply(config& c, const entry_context& ctx) {
     c.backend = parse_choice(ctx, backend_choices);
   } else if (k == "budget") {
     c.budget = parse_budget(ctx);
+  } else if (k == "manage") {
+    c.manage = parse_choice(ctx, manage_choices);
   } else if (k == "host_budget") {
     c.host_budget = parse_optional_size(ctx, 1);
   } else if (k == "host_fallback") {
@@ -346,5 +356,6 @@ split_conf split_alloc_conf(std::string_view conf) {
 std::string_view to_string(backend_kind v) noexcept { return name_of(backend_choices, v); }
 std::string_view to_string(host_fallback_mode v) noexcept { return name_of(fallback_choices, v); }
 std::string_view to_string(device_kind v) noexcept { return name_of(device_choices, v); }
+std::string_view to_string(manage_kind v) noexcept { return name_of(manage_choices, v); }
 
 }  // namespace tp
