@@ -47,7 +47,8 @@ constexpr std::array<config_key_info, 13> key_table = {{
      "copies)."},
     {"max_split_size", "size", "a size >= 20MiB, or none", "none",
      "Cached blocks larger than this are never split (as PyTorch's max_split_size_mb)."},
-    {"policy", "choice", "lru, dtr, capuchin, hybrid", to_string(default_policy),
+    // The default is tp::default_policy (a static_assert below checks it).
+    {"policy", "choice", "lru, dtr, capuchin, hybrid", "hybrid",
      "Eviction policy: LRU, DTR's score, Capuchin's swap-or-recompute, or hybrid (the default: it plans "
      "swaps and recomputes from the step before, and beats DTR's own simulator on DTR's logs: "
      "bench/results/sim_dtr.md)."},
@@ -280,6 +281,10 @@ std::vector<std::string_view> split_entries(std::string_view text, bool bracket_
 }
 
 }  // namespace
+
+// The policy row's default is written out (python/tensorpager/_keys.py's
+// test reads the table as text); it must name tp::default_policy.
+static_assert(std::string_view("hybrid") == to_string(default_policy));
 
 std::span<const config_key_info> config_keys() noexcept { return key_table; }
 
