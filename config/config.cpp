@@ -46,7 +46,7 @@ using config_text::trim;
 
 // The key table (config.hpp, config_keys()). Parsing dispatches on these
 // names; a test checks every row parses its own default.
-constexpr std::array<config_key_info, 13> key_table = {{
+constexpr std::array<config_key_info, 14> key_table = {{
     {"backend", "choice", "tensorpager, native, cudaMallocAsync", "tensorpager",
      "Which allocator serves the process; native and cudaMallocAsync leave PyTorch's own in "
      "charge."},
@@ -54,6 +54,10 @@ constexpr std::array<config_key_info, 13> key_table = {{
      "a size > 0, a ratio of the device's total memory in (0, 1] written with a decimal point "
      "and no unit (0.6, 1.0), or none",
      "none", "Cap on device memory reserved by tensorpager; beyond it the cache is freed and an allocation that still does not fit raises out-of-memory."},
+    {"manage", "choice", "activations, none", "none",
+     "activations: once torch is imported, every tensor autograd saves is managed under the "
+     "budget (swapped or recomputed) as inside tp.budget, with no code change; a ratio budget "
+     "is then a share of the first step's peak, not of the device."},
     {"host_budget", "size", "a size > 0, or none", "none",
      "Cap on the pinned host pool that holds swapped-out tensors; none means what the OS allows."},
     {"host_fallback", "choice", "error, pageable", "error",
@@ -64,7 +68,8 @@ constexpr std::array<config_key_info, 13> key_table = {{
     {"expandable_segments", "choice", "True, False", "True",
      "Grow segments by mapping granules of reserved address space (PyTorch's key), so that free "
      "memory can be unmapped and mapped where it is needed; the budget caps mapped bytes."},
-    {"policy", "choice", "lru, dtr, capuchin, hybrid", to_string(default_policy),
+    // The default is tp::default_policy (a static_assert below checks it).
+    {"policy", "choice", "lru, dtr, capuchin, hybrid", "hybrid",
      "Eviction policy: LRU, DTR's score, Capuchin's swap-or-recompute, or hybrid (the default: it plans "
      "swaps and recomputes from the step before, and beats DTR's own simulator on DTR's logs: "
      "bench/results/sim_dtr.md)."},
@@ -112,6 +117,10 @@ constexpr std::array<choice<host_fallback_mode>, 2> fallback_choices = {{
 constexpr std::array<choice<bool>, 2> bool_choices = {{
     {"True", true},
     {"False", false},
+}};
+constexpr std::array<choice<manage_kind>, 2> manage_choices = {{
+    {"none", manage_kind::none},
+    {"activations", manage_kind::activations},
 }};
 constexpr std::array<choice<device_kind>, 2> device_choices = {{
     {"cuda", device_kind::cuda},
@@ -246,6 +255,8 @@ void apply(config& c, const entry_context& ctx) {
     c.backend = parse_choice(ctx, backend_choices);
   } else if (k == "budget") {
     c.budget = parse_budget(ctx);
+  } else if (k == "manage") {
+    c.manage = parse_choice(ctx, manage_choices);
   } else if (k == "host_budget") {
     c.host_budget = parse_optional_size(ctx, 1);
   } else if (k == "host_fallback") {
@@ -297,6 +308,10 @@ std::vector<std::string_view> split_entries(std::string_view text, bool bracket_
 }
 
 }  // namespace
+
+// The policy row's default is written out (python/tensorpager/_keys.py's
+// test reads the table as text); it must name tp::default_policy.
+static_assert(std::string_view("hybrid") == to_string(default_policy));
 
 std::span<const config_key_info> config_keys() noexcept { return key_table; }
 
@@ -376,5 +391,6 @@ split_conf split_alloc_conf(std::string_view conf) {
 std::string_view to_string(backend_kind v) noexcept { return name_of(backend_choices, v); }
 std::string_view to_string(host_fallback_mode v) noexcept { return name_of(fallback_choices, v); }
 std::string_view to_string(device_kind v) noexcept { return name_of(device_choices, v); }
+std::string_view to_string(manage_kind v) noexcept { return name_of(manage_choices, v); }
 
 }  // namespace tp

@@ -54,6 +54,13 @@ enum class backend_kind { tensorpager, native, cuda_malloc_async };
 /// pinned_host_pool has its own enum; hooks/ maps this one onto it.
 enum class host_fallback_mode { error, pageable };
 
+/// What the runtime manages process-wide once torch is imported: nothing
+/// (tensorpager only allocates; training below the budget needs tp.budget),
+/// or every activation autograd saves, as if the whole process ran inside
+/// tp.budget (Note [Managed process] in python/tensorpager/_managed.py).
+/// The C++ library only carries the value; the Python package acts on it.
+enum class manage_kind { none, activations };
+
 /// Which adapter the hooks install: the c10 CUDA allocator, or the CPU
 /// allocator over a simulated device (tests, CI without a GPU).
 enum class device_kind { cuda, cpu };
@@ -86,6 +93,7 @@ struct config {
   /// Note [Expandable segments] in allocator/caching_allocator.hpp; the
   /// default and why: Note [Expandable segments by default] in config.cpp.
   bool expandable_segments = true;
+  manage_kind manage = manage_kind::none;
   policy_kind policy = default_policy;
   std::string timeline;                         ///< empty: no timeline file
   std::size_t timeline_events = std::size_t{1} << 20;  ///< the timeline's cap on events, > 0
@@ -153,5 +161,6 @@ std::string config_keys_markdown();
 std::string_view to_string(backend_kind v) noexcept;
 std::string_view to_string(host_fallback_mode v) noexcept;
 std::string_view to_string(device_kind v) noexcept;
+std::string_view to_string(manage_kind v) noexcept;
 
 }  // namespace tp

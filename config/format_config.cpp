@@ -58,6 +58,7 @@ std::string to_string(const config& c) {
       add("budget", format_size_exact(bytes));
     }
   }
+  if (c.manage != defaults.manage) add("manage", to_string(c.manage));
   if (c.host_budget) {
     if (*c.host_budget == 0) throw config_error("host_budget of 0 bytes cannot be written");
     add("host_budget", format_size_exact(*c.host_budget));

@@ -87,25 +87,19 @@ void memory_runtime::make_candidate(managed_tensor& t) {
   if (t.evictable && !t.pinned && t.pins == 0 && t.state == tensor_state::resident) candidates_.add(t);
 }
 
-void memory_runtime::remove_settling(managed_tensor& t) {
-  for (std::size_t i = 0; i < settling_.size(); ++i) {
-    if (settling_[i] == &t) {
-      settling_[i] = settling_.back();
-      settling_.pop_back();
-      return;
-    }
-  }
+namespace {
+/// Removes t from an unordered list of tensors, if it is there.
+void erase_unordered(std::vector<managed_tensor*>& list, const managed_tensor& t) {
+  const auto it = std::find(list.begin(), list.end(), &t);
+  if (it == list.end()) return;
+  *it = list.back();
+  list.pop_back();
 }
+}  // namespace
 
-void memory_runtime::remove_in_flight(managed_tensor& t) {
-  for (std::size_t i = 0; i < in_flight_.size(); ++i) {
-    if (in_flight_[i] == &t) {
-      in_flight_[i] = in_flight_.back();
-      in_flight_.pop_back();
-      return;
-    }
-  }
-}
+void memory_runtime::remove_settling(managed_tensor& t) { erase_unordered(settling_, t); }
+
+void memory_runtime::remove_in_flight(managed_tensor& t) { erase_unordered(in_flight_, t); }
 
 void memory_runtime::after_event_locked(bool is_access) {
   if (const step_plan* plan = active_plan_locked()) {

@@ -121,6 +121,7 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
       t.state = tensor_state::resident;
       lineage_.restored(t.id);
       ++stats_.recomputes;
+      stats_.recomputed_bytes += t.bytes;
       ++stats_.stalls;
       stats_.stall_ns += clock_.now_ns() - requested;
       // Note [Recompute limit]: the time spent, for the committed cost.

@@ -18,6 +18,7 @@ struct runtime_stats {
   std::uint64_t planned_evictions = 0;   ///< swaps and drops a step plan started
   std::uint64_t drops = 0;
   std::uint64_t recomputes = 0;
+  std::size_t recomputed_bytes = 0;  ///< storages brought back by recompute, summed
   std::uint64_t evictions = 0;  ///< victims chosen by the policy (swap or drop)
   std::uint64_t host_fallbacks = 0;  ///< swaps refused by the host pool
   std::uint64_t shared_skips = 0;    ///< victims skipped: storage held elsewhere (can_release)

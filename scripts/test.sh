@@ -59,7 +59,7 @@ if [[ "${TP_SKIP_SANITIZERS:-0}" != 1 ]]; then
                      allocator_conformance_simulated_test caching_allocator_fuzz_test
                      pinned_host_pool_test allocator_trace_test segment_listener_test config_test
                      runtime_test eviction_policy_test runtime_budget_test runtime_fuzz_test
-                     runtime_observer_test runtime_recorder_test
+                     runtime_observer_test runtime_threads_test runtime_recorder_test
                      event_log_test timeline_analysis_test)
   step "allocator and device tests under ASan + UBSan"
   tp_configure build-asan -DTP_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo

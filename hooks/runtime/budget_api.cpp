@@ -159,6 +159,7 @@ std::map<std::string, std::int64_t> session_stats() {
       {p + "proactive_offloads", as_int(st.proactive_offloads)},
       {p + "drops", as_int(st.drops)},
       {p + "recomputes", as_int(st.recomputes)},
+      {p + "recomputed_bytes", as_int(st.recomputed_bytes)},
       {p + "evictions", as_int(st.evictions)},
       {p + "host_fallbacks", as_int(st.host_fallbacks)},
       {p + "shared_skips", as_int(st.shared_skips)},

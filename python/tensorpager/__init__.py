@@ -2,7 +2,7 @@
 
 No code change::
 
-    PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager,budget:12GiB" python train.py
+    PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager,manage:activations,budget:0.5" python train.py
 
 or explicitly, before the first allocation::
 
@@ -37,6 +37,7 @@ from tensorpager._install import (
     stats,
     uninstall,
 )
+from tensorpager._managed import ManagedProcessError
 from tensorpager._runtime import budget, step
 from tensorpager.timeline import dump_snapshot, dump_timeline, mark_step, report, start_timeline, stop_timeline
 
@@ -73,6 +74,7 @@ __all__ = [
     "record_trace",
     "budget",
     "step",
+    "ManagedProcessError",
 ]
 
 #: Every configuration key tensorpager accepts.

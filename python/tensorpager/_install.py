@@ -82,6 +82,15 @@ def install(conf: str | None = None, **options: Any) -> None:
     _track_phases_if_recording(ext)  # the timeline key starts a recording (timeline.py)
     _compress_if_configured(ext)  # the compress key (compress.enable)
     _record_trace_if_configured(ext)  # the record_trace key (trace.start_from_config)
+    _manage_if_configured(ext)  # the manage key: Note [Managed process] in _managed.py
+
+
+def _manage_if_configured(ext: Any) -> None:
+    """The ``manage:activations`` key enters the process-wide budget (once per process)."""
+    if _conf.parse_to_dict(ext.config()).get("manage", "none") != "none":
+        from tensorpager import _managed
+
+        _managed.start_if_configured(ext)
 
 
 def _record_trace_if_configured(ext: Any) -> None:

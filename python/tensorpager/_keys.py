@@ -18,6 +18,7 @@ from __future__ import annotations
 KEY_TABLE: tuple[tuple[str, str, str], ...] = (
     ("backend", "choice", "tensorpager"),
     ("budget", "size or ratio", "none"),
+    ("manage", "choice", "none"),
     ("host_budget", "size", "none"),
     ("host_fallback", "choice", "error"),
     ("max_split_size", "size", "none"),

@@ -266,7 +266,9 @@ class budget:
     Raises:
         ValueError: a malformed size, a ratio outside (0, 1], an unknown
             policy, or a budget below memory in use; nothing changes.
-        RuntimeError: a budget is already active.
+        RuntimeError: a budget is already active (ManagedProcessError, a
+            RuntimeError, when ``manage:activations`` manages the process:
+            Note [Managed process] in ``_managed.py``).
         torch.OutOfMemoryError: inside the block, when evicting everything
             it may still leaves too little; the message has the breakdown.
     """
@@ -306,7 +308,7 @@ class budget:
         from torch.nn.modules import module as nn_module
 
         if _active is not None:
-            raise RuntimeError("tensorpager.budget: a budget is already active; budgets do not nest")
+            raise _active._nested_error()
         if not _install.is_installed():
             _install.install()
         ext = _install.load_ext()
@@ -361,6 +363,10 @@ class budget:
                     except Exception as e:  # the block's exception is the one to see
                         warnings.warn(f"tensorpager.budget: the timeline was not written: {e}", RuntimeWarning,
                                       stacklevel=2)
+
+    def _nested_error(self) -> RuntimeError:
+        """What entering another budget while this one is active raises."""
+        return RuntimeError("tensorpager.budget: a budget is already active; budgets do not nest")
 
     def _remove_hooks(self) -> None:
         if self._hooks is not None:

@@ -119,6 +119,7 @@ TEST(Config, EmptyTextMeansAllDefaults) {
   EXPECT_EQ(c.sim_capacity, 64 * GiB);
   EXPECT_EQ(c.timeline_events, std::size_t{1} << 20);
   EXPECT_EQ(c.compress, "");
+  EXPECT_EQ(c.manage, tp::manage_kind::none);
 }
 
 TEST(Config, EveryKeyTableDefaultParsesToTheDefault) {
@@ -136,7 +137,8 @@ TEST(Config, ParsesEveryKey) {
   const tp::config c = tp::parse_config(
       "backend:native, budget:12GiB, host_budget:32GB, host_fallback:pageable, "
       "max_split_size:128MiB, policy:dtr, timeline:/tmp/run.json, record_trace:C:/t/a.trace, "
-      "device:cpu, sim_capacity:8GiB, timeline_events:5000, compress: Conv2d=pool2;ReLU=bf16 ",
+      "device:cpu, sim_capacity:8GiB, timeline_events:5000, compress: Conv2d=pool2;ReLU=bf16 , "
+      "manage:Activations",
       "TENSORPAGER_CONF");
   EXPECT_EQ(c.backend, tp::backend_kind::native);
   EXPECT_EQ(c.budget, tp::memory_budget{12 * GiB});
@@ -150,6 +152,22 @@ TEST(Config, ParsesEveryKey) {
   EXPECT_EQ(c.sim_capacity, 8 * GiB);
   EXPECT_EQ(c.timeline_events, 5000u);
   EXPECT_EQ(c.compress, "Conv2d=pool2;ReLU=bf16");
+  EXPECT_EQ(c.manage, tp::manage_kind::activations);
+}
+
+TEST(Config, ManageAcceptsActivationsOrNoneAndNamesTheChoicesOtherwise) {
+  EXPECT_EQ(tp::parse_config("manage:none", "x").manage, tp::manage_kind::none);
+  EXPECT_EQ(tp::parse_config("manage:activations,budget:0.5", "x").manage, tp::manage_kind::activations);
+  for (const char* bad : {"manage:all", "manage:", "manage:true"}) {
+    try {
+      (void)tp::parse_config(bad, "PYTORCH_CUDA_ALLOC_CONF");
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const tp::config_error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("PYTORCH_CUDA_ALLOC_CONF")) << bad;
+      EXPECT_THAT(e.what(), HasSubstr("activations, none")) << bad;
+    }
+  }
+  EXPECT_THAT(tp::to_string(tp::parse_config("manage:activations", "x")), HasSubstr("manage:activations"));
 }
 
 TEST(Config, ExpandableSegmentsTakesPyTorchsTrueAndFalse) {
@@ -316,7 +334,7 @@ TEST(Config, RejectsEmptyKeyMissingColonAndEmptyEntries) {
   const std::string msg = error_for("budget12GiB");
   EXPECT_THAT(msg, HasSubstr("missing ':'"));
   EXPECT_THAT(msg, HasSubstr("'budget12GiB'"));
-  EXPECT_THAT(msg, HasSubstr("backend, budget, host_budget"));
+  EXPECT_THAT(msg, HasSubstr("backend, budget, manage, host_budget"));
   EXPECT_THAT(error_for("policy:lru,,budget:1GiB"), HasSubstr("entry 2 is empty"));
   EXPECT_THAT(error_for(",policy:lru"), HasSubstr("entry 1 is empty"));
   EXPECT_THAT(error_for("policy:lru,,"), HasSubstr("is empty"));
@@ -335,6 +353,7 @@ TEST(Config, ToStringRoundTrips) {
       "timeline:run.html,timeline_events:123",
       "compress:Conv2d=pool2;ReLU=bf16,device:cpu",
       "compress:fp8",
+      "backend:tensorpager,manage:activations,budget:0.5,policy:lru",
   };
   for (const char* text : texts) {
     const tp::config c = tp::parse_config(text, "x");

@@ -115,9 +115,15 @@ TEST(RuntimeThreads, ReclaimReleasesAHeldOffloadStreamOrderedAndTheAllocatorWait
     std::memset(p, 0xCD, 12 * MiB);
     done = true;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // A's block is released, stream-ordered behind the held copy, and the
+  // allocation still waits for that copy.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (a.device_ptr() != nullptr && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(a.device_ptr(), nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_FALSE(done.load()) << "memory was handed out while its offload copy was held";
-  EXPECT_EQ(a.device_ptr(), nullptr);  // released, stream-ordered behind the held copy
   rig.dev.release_stream(*o.offload_stream);
   t.join();
   EXPECT_EQ(rt.state(ida), tensor_state::on_host);

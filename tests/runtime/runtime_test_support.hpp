@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -76,7 +77,7 @@ class fake_binding final : public storage_binding {
     ++releases;
   }
   void* allocate_device(std::size_t bytes) override {
-    EXPECT_EQ(ptr_, nullptr);
+    EXPECT_EQ(ptr_.load(), nullptr);
     ptr_ = rig_.alloc.allocate(bytes, rig_.compute);
     return ptr_;
   }
@@ -98,7 +99,7 @@ class fake_binding final : public storage_binding {
   bool verify() const {
     rig_.dev.synchronize(rig_.compute);
     if (ptr_ == nullptr) return false;
-    const auto* p = static_cast<const std::byte*>(ptr_);
+    const auto* p = static_cast<const std::byte*>(ptr_.load());
     for (std::size_t j = 0; j * 8 < bytes_; ++j) {
       const std::uint64_t w = word(j);
       if (std::memcmp(p + j * 8, &w, std::min<std::size_t>(8, bytes_ - j * 8)) != 0) return false;
@@ -115,7 +116,7 @@ class fake_binding final : public storage_binding {
   // The "kernel" that produced the tensor has finished: the simulated device's
   // memory is host memory, written directly.
   void fill() {
-    auto* p = static_cast<std::byte*>(ptr_);
+    auto* p = static_cast<std::byte*>(ptr_.load());
     for (std::size_t j = 0; j * 8 < bytes_; ++j) {
       const std::uint64_t w = word(j);
       std::memcpy(p + j * 8, &w, std::min<std::size_t>(8, bytes_ - j * 8));
@@ -124,7 +125,9 @@ class fake_binding final : public storage_binding {
   runtime_rig& rig_;
   std::size_t bytes_;
   std::uint64_t seed_;
-  void* ptr_ = nullptr;
+  // Atomic: a test may watch it from another thread than the one the
+  // runtime releases it on (RuntimeThreads).
+  std::atomic<void*> ptr_{nullptr};
 };
 
 }  // namespace tp::testing

@@ -1,0 +1,154 @@
+"""The process-wide runtime of the ``manage:activations`` key.
+
+::
+
+    PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager,manage:activations,budget:0.5" python train.py
+
+Note [Managed process]
+  ``install()`` (reached from the start-up hook at ``import torch``) enters a
+  ``tp.budget`` block for the whole process when the configuration says
+  ``manage:activations``: the same saved-tensor hooks, module hooks and step
+  detection (``_runtime.py``), entered once and ended at exit, never by the
+  user. The budget is the ``budget`` key and the policy the ``policy`` key:
+
+  - bytes (``budget:6GiB``, ``budget:4096``): that budget from the start;
+  - a ratio (``budget:0.5``): a share of the first step's peak reserved
+    bytes, as ``tp.budget(0.5)`` (Note [Ratio budgets] in
+    ``hooks/runtime/budget_api.hpp``), not of the device's memory as the
+    ratio means without ``manage``: "train at half of what it needs" is what
+    a user who sets one variable asks for;
+  - none: every saved tensor is managed and measured, nothing is evicted.
+
+  The saved-tensor hooks are torch's default hooks of the thread that
+  imported torch, entered and kept (``saved_tensors_hooks.__enter__``), so a
+  user's own ``saved_tensors_hooks``, ``torch.utils.checkpoint`` or
+  ``save_on_cpu`` inside the script still wins where it is entered: PyTorch
+  uses the innermost pair. What they save is theirs, not managed.
+
+  A ``tp.budget`` block in a managed process raises ``ManagedProcessError``
+  (a RuntimeError): budgets do not nest, and silently replacing the
+  process's budget would undo what the variable asked for. Either drop the
+  block or drop ``manage:activations``.
+
+  At exit (Python's ``atexit``, before the C++ timeline dump) the session
+  ends with no budget, so nothing can fail for want of memory at shutdown,
+  and one line on stderr says what the runtime did (``exit_line``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+
+from tensorpager import _conf, _keys, _runtime, _sizes
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+#: The value of the ``manage`` key that turns the runtime on process-wide.
+MANAGE_ACTIVATIONS = "activations"
+
+
+class ManagedProcessError(RuntimeError):
+    """A ``tp.budget`` block was entered in a process that ``manage:activations`` already manages."""
+
+
+class process_budget(_runtime.budget):
+    """The budget block of a managed process (Note [Managed process])."""
+
+    def _nested_error(self) -> RuntimeError:
+        return ManagedProcessError(
+            "tensorpager.budget: this process is already managed by manage:activations (from the"
+            " configuration); a tp.budget block cannot nest in it. Remove the block, or remove"
+            " manage:activations from PYTORCH_CUDA_ALLOC_CONF / TENSORPAGER_CONF")
+
+
+# The process's budget while it is managed.
+_process: process_budget | None = None
+
+
+def managed() -> bool:
+    """True while ``manage:activations`` manages this process."""
+    return _process is not None
+
+
+def budget_argument(text: str) -> int | float | None:
+    """The ``budget`` key's value (as the C++ side writes it back) as tp.budget's size:
+    bytes, a ratio of the first step's peak, or None."""
+    if text in ("", "none"):
+        return None
+    if _sizes.looks_like_ratio(text):
+        ratio = _sizes.parse_ratio(text)
+        if ratio is None:
+            raise ValueError(f"tensorpager: budget:{text} is a ratio outside (0, 1]")
+        return ratio
+    return _sizes.parse_size(text)
+
+
+def start_if_configured(ext: Any) -> None:
+    """Enters the process budget when the installed configuration says
+    ``manage:activations`` (once per process; does nothing otherwise).
+
+    Requires: torch is imported, tensorpager installed, on the thread whose
+    forwards are to be managed.
+
+    Raises:
+        ManagedProcessError: a ``tp.budget`` block is active.
+    """
+    global _process
+    if _process is not None:
+        return
+    values = dict(_keys.DEFAULTS)
+    values.update(_conf.parse_to_dict(ext.config()))
+    if values["manage"] != MANAGE_ACTIVATIONS:
+        return
+    if _runtime.active() is not None:
+        raise ManagedProcessError("tensorpager: manage:activations while a tp.budget block is active;"
+                                  " install before the block, or without manage")
+    size = budget_argument(values["budget"])
+    if isinstance(size, float):
+        # install() capped the allocator at that share of the device's memory;
+        # here the ratio is of the first step's peak, resolved at its end.
+        ext.set_budget(None)
+    block = process_budget(size, policy=values["policy"])
+    block.__enter__()
+    _process = block
+    atexit.register(_finish, values["timeline"])
+
+
+def _finish(timeline: str) -> None:
+    """Ends the process budget and writes the exit line (atexit)."""
+    global _process
+    block, _process = _process, None
+    if block is None:
+        return
+    from tensorpager import _install
+
+    ext = _install.load_ext()
+    budget = ext.budget()
+    peak = int(ext.stats().get("reserved_bytes.all.peak", 0))
+    runtime = {str(k): int(v) for k, v in ext.runtime_stats().items()}
+    block._previous = None  # at exit: end with no budget, so nothing fails for want of memory
+    lost = ""
+    try:
+        block.__exit__(None, None, None)
+    except Exception as e:  # noqa: BLE001  (at exit the line is what matters)
+        lost = f"; ending the session failed: {e}"
+    sys.stderr.write(exit_line(budget, peak, runtime, timeline) + lost + "\n")
+    sys.stderr.flush()
+
+
+def exit_line(budget: int | None, peak: int, runtime: dict[str, int], timeline: str) -> str:
+    """One line saying what the runtime did. Pure."""
+    human = _sizes.format_bytes_human
+    p = "tensorpager.runtime."
+    where = f"timeline {timeline} (written at exit)" if timeline else "no timeline (add timeline:run.json)"
+    return (f"tensorpager: manage:activations: budget {'none' if budget is None else human(budget)}"
+            f" ({budget if budget is not None else 'none'} B), peak reserved {human(peak)} ({peak} B),"
+            f" offloaded {human(runtime.get(p + 'offloaded_bytes', 0))}"
+            f" ({runtime.get(p + 'offloads', 0)} offloads),"
+            f" recomputed {human(runtime.get(p + 'recomputed_bytes', 0))}"
+            f" ({runtime.get(p + 'recomputes', 0)} recomputes),"
+            f" stalled {runtime.get(p + 'stall_ns', 0) / 1e6:.1f} ms,"
+            f" {runtime.get(p + 'steps', 0)} steps; {where}")

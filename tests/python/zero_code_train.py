@@ -1,0 +1,58 @@
+"""A training script that knows nothing of tensorpager (tests/python/test_zero_code.py).
+
+A small GPT-style decoder (token and position embeddings, causal
+TransformerEncoderLayers, a tied head) trained with AdamW for a few steps on
+seeded random tokens. It prints one ``loss <step> <float.hex>`` line per step,
+so two runs can be compared bit for bit, and, on CUDA, torch's own peak.
+
+Run it as a user would: ``PYTORCH_CUDA_ALLOC_CONF=... python zero_code_train.py``.
+"""
+
+import os
+
+import torch
+from torch import nn
+
+STEPS = int(os.environ.get("ZERO_CODE_STEPS", "5"))
+VOCAB, D_MODEL, HEADS, LAYERS, SEQ, BATCH = 256, 64, 4, 4, 64, 32
+
+
+class Decoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(VOCAB, D_MODEL)
+        self.positions = nn.Embedding(SEQ, D_MODEL)
+        self.blocks = nn.ModuleList(
+            nn.TransformerEncoderLayer(D_MODEL, HEADS, dim_feedforward=4 * D_MODEL, dropout=0.1,
+                                       batch_first=True, norm_first=True)
+            for _ in range(LAYERS))
+        self.norm = nn.LayerNorm(D_MODEL)
+        self.register_buffer("causal", nn.Transformer.generate_square_subsequent_mask(SEQ), persistent=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.tokens(idx) + self.positions(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.blocks:
+            x = block(x, src_mask=self.causal, is_causal=True)
+        return self.norm(x) @ self.tokens.weight.t()
+
+
+def main() -> None:
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    model = Decoder().to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = torch.randint(0, VOCAB, (STEPS, BATCH, SEQ + 1), generator=torch.Generator().manual_seed(1))
+    for step in range(STEPS):
+        batch = data[step].to(device)
+        logits = model(batch[:, :-1])
+        loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), batch[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        print(f"loss {step} {loss.item().hex()}", flush=True)
+    if device == "cuda":
+        print(f"torch max_memory_reserved {torch.cuda.max_memory_reserved()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
