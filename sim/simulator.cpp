@@ -235,6 +235,7 @@ class replay {
   static caching_allocator::options allocator_options(const sim_options& o) {
     caching_allocator::options a;
     a.budget = o.budget_bytes;
+    a.max_split_size = o.max_split_size;
     a.expandable_segments = o.expandable_segments;
     return a;
   }

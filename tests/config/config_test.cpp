@@ -129,7 +129,7 @@ TEST(Config, EveryKeyTableDefaultParsesToTheDefault) {
     EXPECT_FALSE(key.accepted.empty());
     EXPECT_FALSE(key.description.empty());
   }
-  EXPECT_EQ(tp::config_keys().size(), 13u);
+  EXPECT_EQ(tp::config_keys().size(), 14u);
   EXPECT_THAT(tp::config_keys_markdown(), HasSubstr("| `max_split_size` |"));
 }
 
