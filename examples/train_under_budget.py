@@ -25,7 +25,7 @@ def main() -> None:
     ap.add_argument("--ratio", type=float, default=0.9)
     ap.add_argument("--size", type=int, default=128, help="image height and width")
     ap.add_argument("--policy", default=None, choices=["lru", "dtr", "capuchin", "hybrid"],
-                    help="default: the configuration's policy key (lru)")
+                    help="default: the configuration's policy key (hybrid)")
     ap.add_argument("--timeline", default=None, help="dump the memory timeline here (.json/.html/.pickle/.txt)")
     args = ap.parse_args()
 
