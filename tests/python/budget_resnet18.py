@@ -1,7 +1,7 @@
 """A torchvision ResNet-18 (batch 32, 160x160, plain SGD) trained on the CPU
 adapter unmanaged, then under tp.budget(RATIO) with each POLICY; run in a
 child process by test_budget_resnet18.py: ``python budget_resnet18.py
-RATIO:POLICY...``. Prints one JSON line per run: whether losses, weights and
+[host=SIZE] [batch=N] [size=N] RATIO:POLICY...``. Prints one JSON line per run: whether losses, weights and
 BatchNorm buffers are bit-identical to the unmanaged run, what the runtime
 did, and, for a budget refused at the first step boundary (Note [Budget
 floor]), the step at which it was refused and the message."""
@@ -61,10 +61,15 @@ def train(ratio: float | None, policy: str | None) -> dict:
 def main() -> None:
     import tensorpager as tp
 
-    tp.install(device="cpu")
+    global BATCH, SIZE
+    # Leading KEY=VALUE arguments: host=SIZE caps the pinned host pool (host=1B:
+    # every eviction is a drop), batch=N and size=N the input.
+    options = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
+    BATCH, SIZE = int(options.get("batch", BATCH)), int(options.get("size", SIZE))
+    tp.install(device="cpu", **({"host_budget": options["host"]} if "host" in options else {}))
     ref = train(None, None)
     print(json.dumps({"policy": None, "losses": ref["losses"]}), flush=True)
-    for run in sys.argv[1:]:
+    for run in (a for a in sys.argv[1:] if "=" not in a):
         ratio, policy = run.split(":")
         r = train(float(ratio), policy)
         state = r.pop("state", None)
