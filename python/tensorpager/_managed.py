@@ -129,18 +129,22 @@ def _finish(timeline: str) -> None:
     budget = ext.budget()
     peak = int(ext.stats().get("reserved_bytes.all.peak", 0))
     runtime = {str(k): int(v) for k, v in ext.runtime_stats().items()}
+    # The runtime counts step boundaries; the last iteration ends with none
+    # (Note [One step per iteration]): 5 iterations are 4 boundaries.
+    tracker = block._tracker
+    steps = runtime.get("tensorpager.runtime.steps", 0) + (1 if tracker is not None and tracker.unpacked else 0)
     block._previous = None  # at exit: end with no budget, so nothing fails for want of memory
     lost = ""
     try:
         block.__exit__(None, None, None)
     except Exception as e:  # noqa: BLE001  (at exit the line is what matters)
         lost = f"; ending the session failed: {e}"
-    sys.stderr.write(exit_line(budget, peak, runtime, timeline) + lost + "\n")
+    sys.stderr.write(exit_line(budget, peak, runtime, steps, timeline) + lost + "\n")
     sys.stderr.flush()
 
 
-def exit_line(budget: int | None, peak: int, runtime: dict[str, int], timeline: str) -> str:
-    """One line saying what the runtime did. Pure."""
+def exit_line(budget: int | None, peak: int, runtime: dict[str, int], steps: int, timeline: str) -> str:
+    """One line saying what the runtime did; `steps`: training iterations. Pure."""
     human = _sizes.format_bytes_human
     p = "tensorpager.runtime."
     where = f"timeline {timeline} (written at exit)" if timeline else "no timeline (add timeline:run.json)"
@@ -151,4 +155,4 @@ def exit_line(budget: int | None, peak: int, runtime: dict[str, int], timeline: 
             f" recomputed {human(runtime.get(p + 'recomputed_bytes', 0))}"
             f" ({runtime.get(p + 'recomputes', 0)} recomputes),"
             f" stalled {runtime.get(p + 'stall_ns', 0) / 1e6:.1f} ms,"
-            f" {runtime.get(p + 'steps', 0)} steps; {where}")
+            f" {steps} steps; {where}")
