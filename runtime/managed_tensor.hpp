@@ -119,4 +119,18 @@ struct managed_tensor {
   bool recomputable() const { return recompute_cost_ns > 0; }
 };
 
+/// Sets managed_tensor::pinned for its lifetime: the tensor is being
+/// restored (a prefetch or a recompute) and must not become a victim, on
+/// every path out, an exception's included. Guarded by the runtime's lock.
+class pinned_while {
+ public:
+  explicit pinned_while(managed_tensor& t) noexcept : t_(t) { t_.pinned = true; }
+  ~pinned_while() { t_.pinned = false; }
+  pinned_while(const pinned_while&) = delete;
+  pinned_while& operator=(const pinned_while&) = delete;
+
+ private:
+  managed_tensor& t_;
+};
+
 }  // namespace tp

@@ -223,8 +223,8 @@ void memory_runtime::prefetch_ahead_locked() {
 }
 
 bool memory_runtime::try_prefetch_locked(managed_tensor& t) {
-  speculative_ = true;
-  t.pinned = true;
+  const pinned_while prefetching(t);
+  speculative_ = true;  // Note [Prefetch never evicts]
   bool started = false;
   try {
     remove_settling(t);
@@ -237,11 +237,9 @@ bool memory_runtime::try_prefetch_locked(managed_tensor& t) {
   } catch (...) {
     if (t.has_copy_event) settling_.push_back(&t);
     speculative_ = false;
-    t.pinned = false;
     throw;
   }
   speculative_ = false;
-  t.pinned = false;
   return started;
 }
 

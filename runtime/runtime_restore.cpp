@@ -85,19 +85,14 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
       // host never does. A copy not done when the host gets here is late
       // (the device may still be busy with earlier work and not wait at all):
       // prefetch further ahead next time.
-      t.pinned = true;
-      try {
-        if (t.state == tensor_state::on_host) {
-          remove_settling(t);
-          engine_.start_prefetch(t);  // may re-enter reclaim(); Note [Runtime locking]
-          in_flight_.push_back(&t);
-        } else if (engine_.copy_done(t)) {
-          const std::int64_t done = t.prefetch_done_ns >= 0 ? t.prefetch_done_ns : requested;
-          recorder_.on_prefetch_idle(requested - done);
-        }
-      } catch (...) {
-        t.pinned = false;
-        throw;
+      const pinned_while restoring(t);
+      if (t.state == tensor_state::on_host) {
+        remove_settling(t);
+        engine_.start_prefetch(t);  // may re-enter reclaim(); Note [Runtime locking]
+        in_flight_.push_back(&t);
+      } else if (engine_.copy_done(t)) {
+        const std::int64_t done = t.prefetch_done_ns >= 0 ? t.prefetch_done_ns : requested;
+        recorder_.on_prefetch_idle(requested - done);
       }
       const bool late = !engine_.copy_done(t);
       if (late) {
@@ -111,7 +106,6 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
       // reported once it is seen done.
       engine_.finish_prefetch(t, compute, late ? requested : -1);
       t.prefetch_done_ns = -1;
-      t.pinned = false;
       break;
     }
     case tensor_state::dropped: {
@@ -139,12 +133,12 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
 }
 
 void memory_runtime::recompute_unlocked(managed_tensor& t, lock_type& lock) {
-  t.pinned = true;
+  // Unpinned at return, with the lock held again on every path.
+  const pinned_while recomputing(t);
   t.recomputing_on = std::this_thread::get_id();
   replaying_.push_back(t.recomputing_on);  // Note [Replays run beside other threads]
   notify_locked(runtime_event_kind::recompute_begin, &t, 0);
   const auto finish = [&](bool failed) {
-    t.pinned = false;
     replaying_.erase(std::find(replaying_.begin(), replaying_.end(), t.recomputing_on));
     t.recomputing_on = {};
     notify_locked(runtime_event_kind::recompute_end, &t, failed ? 1 : 0);  // every begin has its end
