@@ -33,11 +33,24 @@ Note [Managed process]
   At exit (Python's ``atexit``, before the C++ timeline dump) the session
   ends with no budget, so nothing can fail for want of memory at shutdown,
   and one line on stderr says what the runtime did (``exit_line``).
+
+Note [DataLoader workers]
+  A DataLoader worker runs no autograd and must not hold a runtime of its
+  own. A spawned (or forkserver) worker is a new interpreter: its start-up
+  hook installs tensorpager and, at ``import torch``, enters a process budget
+  like its parent's, which printed an exit line per worker. So torch's worker
+  loop is wrapped (``_wrap_worker_loop``): on entry, a worker whose budget
+  was entered in this very process ends it quietly (``stand_down``). A forked
+  worker inherits its parent's session in copied memory: it is left as it is
+  (ending it would wait on runtime threads that fork does not copy), and it
+  prints nothing, since forked workers leave without running ``atexit``.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
+import os
 import sys
 
 from tensorpager import _conf, _keys, _runtime, _sizes
@@ -64,8 +77,10 @@ class process_budget(_runtime.budget):
             " manage:activations from PYTORCH_CUDA_ALLOC_CONF / TENSORPAGER_CONF")
 
 
-# The process's budget while it is managed.
+# The process's budget while it is managed, and the pid that entered it
+# (Note [DataLoader workers]).
 _process: process_budget | None = None
+_started_in: int | None = None
 
 
 def managed() -> bool:
@@ -96,7 +111,7 @@ def start_if_configured(ext: Any) -> None:
     Raises:
         ManagedProcessError: a ``tp.budget`` block is active.
     """
-    global _process
+    global _process, _started_in
     if _process is not None:
         return
     values = dict(_keys.DEFAULTS)
@@ -114,7 +129,38 @@ def start_if_configured(ext: Any) -> None:
     block = process_budget(size, policy=values["policy"])
     block.__enter__()
     _process = block
+    _started_in = os.getpid()
     atexit.register(_finish, values["timeline"])
+    _wrap_worker_loop()
+
+
+def _wrap_worker_loop() -> None:
+    """Note [DataLoader workers]: torch's worker loop stands the runtime down first."""
+    from torch.utils.data._utils import worker
+
+    loop = worker._worker_loop
+    if getattr(loop, "_tensorpager_stands_down", False):
+        return
+
+    @functools.wraps(loop)  # the same module and name: spawn pickles the target by name
+    def _worker_loop(*args: Any, **kwargs: Any) -> Any:
+        stand_down()
+        return loop(*args, **kwargs)
+
+    _worker_loop._tensorpager_stands_down = True  # type: ignore[attr-defined]
+    worker._worker_loop = _worker_loop
+
+
+def stand_down() -> None:
+    """Ends the process budget with no exit line, if this process entered it
+    (Note [DataLoader workers]); does nothing otherwise."""
+    global _process
+    block = _process
+    if block is None or _started_in != os.getpid():
+        return
+    _process = None
+    block._previous = None
+    block.__exit__(None, None, None)
 
 
 def _finish(timeline: str) -> None:

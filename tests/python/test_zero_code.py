@@ -172,3 +172,38 @@ def test_a_bad_manage_value_fails_import_torch_naming_the_choices(value: str) ->
     assert proc.returncode != 0
     assert "activations, none" in proc.stderr
     assert f"manage:{value}" in proc.stderr
+
+
+WORKERS = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(4096, 64), torch.randint(0, 4, (4096,)))
+model = torch.nn.Sequential(torch.nn.Linear(64, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 2048), torch.nn.ReLU(),
+                            torch.nn.Linear(2048, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in DataLoader(data, batch_size=1024, num_workers=2, multiprocessing_context=CONTEXT):
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    print("loss 0", loss.item().hex())
+"""
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_dataloader_workers_start_no_runtime_of_their_own(tmp_path: Path, context: str) -> None:
+    # Note [DataLoader workers] in _managed.py. A spawned worker is a new
+    # interpreter, which the .pth line reaches; here a sitecustomize stands in
+    # for it. Before: each spawned worker entered a budget and printed an exit
+    # line of its own. 0.95: this MLP's weights and gradients are most of its
+    # peak (Note [Budget floor]).
+    (tmp_path / "sitecustomize.py").write_text("import tensorpager._startup\n", encoding="utf-8")
+    code = WORKERS.replace("CONTEXT", repr(context))
+    plain = run_python(code, env=clean_env(PYTHONPATH=str(tmp_path)))
+    managed = run_python(code, env=clean_env(PYTHONPATH=str(tmp_path),
+                                             **{VAR: "backend:tensorpager,manage:activations,budget:0.95"}))
+    assert losses(managed.stdout) == losses(plain.stdout)
+    line = exit_line(managed.stderr)  # one line: the workers print none
+    assert int(line["steps"]) == 4
+    assert int(line["offloads"]) + int(line["recomputes"]) > 0, line.group(0)
