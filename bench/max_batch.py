@@ -46,6 +46,8 @@ import time
 from datetime import date
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from tensorpager import _sizes  # noqa: E402  (the project's size grammar; imports no torch)
 MiB = 1 << 20
 POLICIES = ("lru", "dtr", "capuchin", "hybrid")
 METHODS = ("allocator", "allocator+es", "checkpoint", "save_on_cpu", "compile") + tuple(f"tp:{p}" for p in POLICIES)
@@ -243,14 +245,6 @@ def largest_batch(model: str, method: str, start: int, a: argparse.Namespace, lo
     return ok_b, ok_r
 
 
-def parse_size(text: str) -> int:
-    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-    for u, m in units.items():
-        if text.endswith(u):
-            return int(float(text[: -len(u)]) * m)
-    return int(text)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -293,7 +287,7 @@ def main() -> None:
     probe_log = ["| model | row | batch | fits | step time or failure |", "|---|---|---|---|---|"]
     started = time.perf_counter()
     for model in a.models.split(","):
-        cap = parse_size(a.cap or (a.gpt_cap if model == "gpt" else a.resnet_cap))
+        cap = _sizes.parse_size(a.cap or (a.gpt_cap if model == "gpt" else a.resnet_cap))
         a.cap_bytes = cap
         lines += [f"## {'GPT-2-style decoder' if model == 'gpt' else 'ResNet-18'}, cap {cap / MiB:.0f} MiB", "",
                   "| row | largest batch | x baseline | per-sample time | x baseline | peak reserved | "
