@@ -51,13 +51,13 @@ constexpr std::array<config_key_info, 14> key_table = {{
      "Which allocator serves the process; native and cudaMallocAsync leave PyTorch's own in "
      "charge."},
     {"budget", "size or ratio",
-     "a size > 0, a ratio of the device's total memory in (0, 1] written with a decimal point "
-     "and no unit (0.6, 1.0), or none",
-     "none", "Cap on device memory reserved by tensorpager; beyond it the cache is freed and an allocation that still does not fit raises out-of-memory."},
+     "a size > 0, a ratio in (0, 1] with a decimal point: of the first step's peak (0.5, needs "
+     "manage:activations) or of the device's memory (0.9device), or none",
+     "none", "Cap on device memory reserved by tensorpager; beyond it the cache is freed, the runtime evicts "
+     "under manage:activations, and an allocation that still does not fit raises out-of-memory."},
     {"manage", "choice", "activations, none", "none",
      "activations: once torch is imported, every tensor autograd saves is managed under the "
-     "budget (swapped or recomputed) as inside tp.budget, with no code change; a ratio budget "
-     "is then a share of the first step's peak, not of the device."},
+     "budget (swapped or recomputed) as inside tp.budget, with no code change."},
     {"host_budget", "size", "a size > 0, or none", "none",
      "Cap on the pinned host pool that holds swapped-out tensors; none means what the OS allows."},
     {"host_fallback", "choice", "error, pageable", "error",
@@ -209,23 +209,22 @@ std::optional<std::size_t> parse_optional_size(const entry_context& ctx, std::si
   return parse_size_value(ctx, minimum);
 }
 
-std::optional<memory_budget> parse_budget(const entry_context& ctx) {
-  if (iequals(ctx.value, "none")) return std::nullopt;
-  if (looks_like_ratio(ctx.value)) {
-    const auto ratio = try_parse_ratio(ctx.value);
-    if (!ratio) {
-      ctx.fail(fmt::format("'{}' is a ratio (a number with a decimal point and no unit) outside "
-                           "(0, 1]; for a size add a unit (e.g. {}GiB)",
-                           ctx.value, ctx.value));
-    }
-    return memory_budget{*ratio};
-  }
-  if (ctx.value == "0" || ctx.value == "1") {
-    ctx.fail(fmt::format("'{}' is ambiguous (Note [Budget: bytes or ratio]); write 1.0 for the "
-                         "whole device, or a size with a unit such as 12GiB",
-                         ctx.value));
-  }
-  return memory_budget{parse_size_value(ctx, 1)};
+std::optional<memory_budget> parse_budget_value(const entry_context& ctx) {
+  budget_parse_result r = parse_budget(ctx.value);  // Note [Budget spellings]
+  if (!r.ok()) ctx.fail(r.problem);
+  return std::move(r.budget);
+}
+
+// A ratio of the first step's peak needs a step measured with no budget: only
+// manage:activations runs one (Note [Budget spellings]).
+void check_budget_needs(const config& c, const entry_context& budget_entry) {
+  const std::optional<double> peak = c.budget ? c.budget->ratio_of(budget_share::peak) : std::nullopt;
+  if (!peak || c.manage != manage_kind::none) return;
+  budget_entry.fail(fmt::format(
+      "a ratio of the first step's peak needs manage:activations, which measures that step; without it "
+      "the budget caps the allocator from the start: write {}device for that share of the device's "
+      "memory, or a size",
+      format_ratio_exact(*peak)));
 }
 
 std::string parse_path(const entry_context& ctx) { return std::string(ctx.value); }
@@ -254,7 +253,7 @@ void apply(config& c, const entry_context& ctx) {
   if (k == "backend") {
     c.backend = parse_choice(ctx, backend_choices);
   } else if (k == "budget") {
-    c.budget = parse_budget(ctx);
+    c.budget = parse_budget_value(ctx);
   } else if (k == "manage") {
     c.manage = parse_choice(ctx, manage_choices);
   } else if (k == "host_budget") {
@@ -359,6 +358,10 @@ config parse_config(std::string_view text, std::string_view source) {
     was_seen[index] = true;
     seen[index] = entry;
     apply(c, entry_context{source, entry, key, trim(entry.substr(colon + 1))});
+  }
+  if (const config_key_info* budget = find_config_key("budget"); budget != nullptr) {
+    const std::string_view entry = seen[static_cast<std::size_t>(budget - key_table.data())];
+    check_budget_needs(c, entry_context{source, entry, budget, trim(entry.substr(entry.find(':') + 1))});
   }
   return c;
 }

@@ -15,12 +15,10 @@
 // follow Note [Size grammar] in parse_bytes.hpp. Keys that can be unlimited
 // (budget, host_budget, max_split_size) also accept "none", their default.
 //
-// Note [Budget: bytes or ratio]
-// budget takes a size or a ratio of the device's total memory. A ratio is
-// written with a decimal point and no unit ("0.6", "1.0") and must be in
-// (0, 1]. A unitless whole number is bytes ("4096"). The unitless values "0"
-// and "1" are rejected: 0 bytes is not a budget, and "1" would mean one byte
-// to a parser but "the whole device" to most readers; write "1.0" or "1B".
+// The budget key's values: Note [Budget spellings] in memory_budget.hpp. A
+// ratio of the first step's peak (budget:0.5) needs manage:activations,
+// which measures that step; without it the key caps the allocator from the
+// start, and takes a size or a share of the device (budget:0.9device).
 //
 // Note [Sharing PYTORCH_CUDA_ALLOC_CONF]
 // PyTorch rejects keys it does not know, so the start-up hook splits the
@@ -39,6 +37,7 @@
 #include <variant>
 #include <vector>
 
+#include "config/memory_budget.hpp"
 #include "runtime/policy_kind.hpp"
 
 namespace tp {
@@ -64,23 +63,6 @@ enum class manage_kind { none, activations };
 /// Which adapter the hooks install: the c10 CUDA allocator, or the CPU
 /// allocator over a simulated device (tests, CI without a GPU).
 enum class device_kind { cuda, cpu };
-
-/// A budget as written: bytes, or a ratio in (0, 1] of the device's total
-/// memory (Note [Budget: bytes or ratio]). A value type.
-struct memory_budget {
-  std::variant<std::size_t, double> value;
-
-  bool is_ratio() const noexcept { return std::holds_alternative<double>(value); }
-  /// The budget in bytes on a device with total_bytes of memory; a ratio is
-  /// rounded down. Pure.
-  std::size_t resolve(std::size_t total_bytes) const noexcept;
-  /// resolve(), refusing what cannot work on that device: more bytes than it
-  /// has, or a ratio that rounds to 0 bytes. Throws tp::config_error naming
-  /// the budget, the device and its memory.
-  std::size_t resolve_for_device(std::size_t total_bytes, std::string_view device_name) const;
-
-  friend bool operator==(const memory_budget&, const memory_budget&) = default;
-};
 
 /// Every setting, with its default. A plain value: copy it, compare it,
 /// build it in a test. See config_keys() for what each field means.

@@ -45,19 +45,7 @@ std::string to_string(const config& c) {
   };
 
   if (c.backend != defaults.backend) add("backend", to_string(c.backend));
-  if (c.budget) {
-    if (c.budget->is_ratio()) {
-      const double r = std::get<double>(c.budget->value);
-      if (!(r > 0.0 && r <= 1.0)) {
-        throw config_error(fmt::format("budget ratio {} is outside (0, 1]", r));
-      }
-      add("budget", format_ratio_exact(r));
-    } else {
-      const std::size_t bytes = std::get<std::size_t>(c.budget->value);
-      if (bytes == 0) throw config_error("budget of 0 bytes cannot be written; use none");
-      add("budget", format_size_exact(bytes));
-    }
-  }
+  if (c.budget) add("budget", format_budget(*c.budget));
   if (c.manage != defaults.manage) add("manage", to_string(c.manage));
   if (c.host_budget) {
     if (*c.host_budget == 0) throw config_error("host_budget of 0 bytes cannot be written");

@@ -43,7 +43,8 @@ simulated_device::options device_options(const config& cfg) {
 
 caching_allocator::options allocator_options(const config& cfg) {
   caching_allocator::options o;
-  if (cfg.budget) o.budget = cfg.budget->resolve(cfg.sim_capacity);
+  // A share of the peak has no size until the first step: the runtime sets it.
+  if (cfg.budget && cfg.budget->resolvable_now()) o.budget = cfg.budget->resolve(cfg.sim_capacity);
   if (cfg.max_split_size) o.max_split_size = *cfg.max_split_size;
   o.expandable_segments = cfg.expandable_segments;
   return o;

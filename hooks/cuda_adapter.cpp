@@ -158,7 +158,7 @@ caching_allocator& cuda_adapter::allocator_for(c10::DeviceIndex device) {
   caching_allocator::options opts;
   if (budget_override_) {
     opts.budget = *budget_override_;
-  } else if (config_.budget) {
+  } else if (config_.budget && config_.budget->resolvable_now()) {  // a peak ratio: the runtime sets it
     opts.budget = config_.budget->resolve_for_device(state->total_bytes, "CUDA device " + std::to_string(i));
   }
   if (config_.max_split_size) opts.max_split_size = *config_.max_split_size;
@@ -210,13 +210,14 @@ std::size_t cuda_adapter::total_bytes(c10::DeviceIndex device) {
 allocator_stats cuda_adapter::unopened_stats() {
   allocator_stats s;
   s.max_split_size = config_.max_split_size ? static_cast<std::int64_t>(*config_.max_split_size) : -1;
-  // A ratio budget has no size until the device is opened.
+  // A share of the device has no size until the device is opened; a share
+  // of the peak none until the first step.
   std::optional<std::size_t> budget;
   {
     std::lock_guard lock(open_mutex_);
     if (budget_override_) {
       budget = *budget_override_;
-    } else if (config_.budget && !config_.budget->is_ratio()) {
+    } else if (config_.budget && config_.budget->is_bytes()) {
       budget = config_.budget->resolve(0);
     }
   }

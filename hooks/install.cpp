@@ -86,7 +86,7 @@ void install(const std::string& conf) {
                            source + " asks for " + quoted(tp::to_string(cfg)) +
                            ". Change the budget with set_budget(), or (device:cpu) uninstall() first");
   }
-  if (cfg.device == tp::device_kind::cpu && cfg.budget) {
+  if (cfg.device == tp::device_kind::cpu && cfg.budget && cfg.budget->resolvable_now()) {
     (void)cfg.budget->resolve_for_device(cfg.sim_capacity, tp::hooks::simulated_device_name);
   }
   tp::hooks::check_timeline_config(cfg);

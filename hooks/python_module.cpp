@@ -10,6 +10,7 @@
 //   snapshot() -> list[dict]              device_kind() -> str
 //   cuda_driver_calls() -> int            cuda_device_name(ordinal: int) -> str
 //   config_keys() -> list[dict]  (name, kind, accepted, default, description)
+//   parse_budget(text: str) -> None | tuple[str, int | float]  ("bytes" | "peak" | "device", value)
 //
 // Exceptions: tp::config_error and tp::invalid_argument -> ValueError;
 // tp::out_of_memory and c10::OutOfMemoryError -> torch.OutOfMemoryError;
@@ -123,6 +124,18 @@ py::list config_key_list() {
   return out;
 }
 
+/// Note [Budget spellings] as Python values: None, ("bytes", n), ("peak", r)
+/// or ("device", r); ValueError with the parser's problem otherwise. The
+/// package's mirror (_sizes.parse_budget) is checked against this row by row.
+py::object parse_budget_tuple(const std::string& text) {
+  const tp::budget_parse_result r = tp::parse_budget(text);
+  if (!r.ok()) throw tp::config_error(r.problem);
+  if (!r.budget) return py::none();
+  if (r.budget->is_bytes()) return py::make_tuple("bytes", std::get<std::size_t>(r.budget->value));
+  const tp::budget_ratio& ratio = std::get<tp::budget_ratio>(r.budget->value);
+  return py::make_tuple(ratio.of == tp::budget_share::peak ? "peak" : "device", ratio.value);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -162,6 +175,9 @@ PYBIND11_MODULE(_C, m) {
         "writable, it is a folder, or (timeline_format) its extension names no timeline format.");
   m.def("config_keys", &config_key_list,
         "Every configuration key, in documentation order: dicts of name, kind, accepted, default, description.");
+  m.def("parse_budget", &parse_budget_tuple, py::arg("text"),
+        "A budget as written (Note [Budget spellings]): None, ('bytes', n), ('peak', ratio) or ('device', ratio); "
+        "ValueError naming the text otherwise.");
   tp::hooks::register_optim(m);  // AdamA and the activation codec (optim_bindings.hpp)
   tp::hooks::register_profiler(m);  // the timeline functions (profiler_bindings.cpp)
   tp::hooks::register_runtime(m);   // the budget runtime (runtime/runtime_bindings.cpp)

@@ -9,6 +9,7 @@
 #include <ostream>
 
 #include "core/errors.hpp"
+#include "config/memory_budget.hpp"
 #include "config/parse_bytes.hpp"
 #include "sim/dtr_import.hpp"
 #include "sim/slowdown_svg.hpp"
@@ -42,22 +43,17 @@ double parse_number(const std::string& flag, const std::string& text, const char
   return v;
 }
 
-void parse_budget(const std::string& text, cli_args& a) {
-  constexpr const char* accepted =
-      "a ratio of the unconstrained peak in (0, 1] written with a point (0.5, 1.0), or a size > 0";
-  if (looks_like_ratio(text)) {
-    const auto r = try_parse_ratio(text);
-    if (!r) throw config_error(fmt::format("tp-sim: --budget '{}' is not a ratio in (0, 1]; accepted: {}", text, accepted));
-    a.ratio = *r;
-    return;
+void parse_budget_arg(const std::string& text, cli_args& a) {
+  const budget_parse_result r = parse_budget(text);  // Note [Budget spellings]
+  if (!r.ok()) throw config_error(fmt::format("tp-sim: --budget '{}': {}; accepted: {}", text, r.problem, accepted_budget_forms));
+  if (!r.budget) return;  // none: only the unconstrained replay
+  if (r.budget->ratio_of(budget_share::device)) {
+    throw config_error(fmt::format("tp-sim: --budget '{}' is a share of a device, and a trace is replayed on "
+                                   "none; give a ratio of the unconstrained peak ({}) or a size",
+                                   text, format_ratio_exact(*r.budget->ratio_of(budget_share::device))));
   }
-  const bytes_parse_result b = parse_bytes(text);
-  if (b.error != bytes_error::none || b.bytes == 0) {
-    throw config_error(fmt::format("tp-sim: --budget '{}' is {}; accepted: {} ({})", text,
-                                   b.error != bytes_error::none ? describe(b.error) : "0 bytes", accepted,
-                                   accepted_size_forms));
-  }
-  a.budget_bytes = b.bytes;
+  a.ratio = r.budget->ratio_of(budget_share::peak);
+  if (r.budget->is_bytes()) a.budget_bytes = std::get<std::size_t>(r.budget->value);
 }
 
 cli_args parse(const std::vector<std::string>& args) {
@@ -69,7 +65,7 @@ cli_args parse(const std::vector<std::string>& args) {
       return args[++i];
     };
     if (arg == "--budget") {
-      parse_budget(value(), a);
+      parse_budget_arg(value(), a);
     } else if (arg == "--policy") {
       a.policy = parse_policy_kind(value());
     } else if (arg == "--sweep") {
@@ -175,7 +171,7 @@ std::string cli_usage() {
          "              [--expandable-segments True|False] [--allocator-aware True|False]\n"
          "              [--ratio-base same|plain]\n"
          "TRACE: a tensorpager trace (docs/trace_format.md) or a DTR log.\n"
-         "--budget: a ratio of the unconstrained peak reserved bytes (0.5) or a size (12GiB);\n"
+         "--budget: a ratio of the unconstrained peak reserved bytes (0.5 or 0.5peak) or a size (12GiB);\n"
          "  none: only the unconstrained replay. --sweep: ratios 1.0..0.1 for every policy.\n"
          "Copies: --bandwidth 50 (GB/s) and --latency-us 5 by default (PCIe 5.0 x16, pinned).\n"
          "--ratio-of: ratios are of this many bytes (another simulator's baseline peak);\n"

@@ -61,8 +61,9 @@ std::string ms(std::int64_t ns) { return fmt::format("{:.3f} ms", static_cast<do
 std::string format_report(const sim_report& r) {
   std::string out;
   out += fmt::format("policy:            {}\n", to_string(r.policy));
-  out += fmt::format("budget:            {}\n",
-                     r.budget_bytes ? format_bytes(*r.budget_bytes) : std::string("none"));
+  out += fmt::format("budget:            {}\n", r.budget_bytes ? fmt::format("{} ({} B)", format_bytes(*r.budget_bytes),
+                                                                          *r.budget_bytes)
+                                                             : std::string("none"));
   out += fmt::format("fits:              {}\n", r.fits ? "yes" : "no");
   if (!r.fits) out += fmt::format("why:               {}\n", r.failure);
   out += fmt::format("peak reserved:     {} ({} B)\n", format_bytes(r.peak_reserved), r.peak_reserved);

@@ -1,16 +1,15 @@
 """A budget given as a Python value, checked alike at every Python front door.
 
-``tp.set_budget`` and ``tp.budget`` take an int (bytes), a float (a ratio), a
-str or None. The text forms follow the configuration grammar (Note [Size
-grammar] and Note [Budget: bytes or ratio] in ``config/``) through
-``_sizes``, the row-by-row mirror of the C++ parser; an int is checked as the
-size ``"<int>B"``, so ``2**70`` gets the parser's "the size is too large"
-instead of a binding's type error. What a float ratio is a share of stays
-each front door's own (the device's memory for ``set_budget``, the first
-step's peak for ``tp.budget``); here a ratio is only checked to be a number
-in (0, 1]. Whether a budget fits the device is the C++ side's check
-(``resolve_for_device``), the same for every front door and the ``budget``
-key.
+``tp.set_budget``, ``tp.budget`` and ``tp.install(budget=...)`` take an int
+(bytes), a float (a ratio of the first step's peak), a str or None. A str
+follows Note [Budget spellings] (``config/memory_budget.hpp``) through
+``_sizes.parse_budget``, the row-by-row mirror of the C++ parser; an int is
+checked as the size ``"<int>B"``, so ``2**70`` gets the parser's "the size is
+too large" instead of a binding's type error. A float is the bare ratio
+``"0.5"``: a share of the peak at every front door. Whether a front door can
+use a share of the peak (``set_budget`` cannot: it caps the allocator now)
+and whether a budget fits the device are the front door's and the C++
+side's checks (``resolve_for_device``).
 
 This module imports only ``tensorpager._sizes``.
 """
@@ -22,22 +21,17 @@ import math
 from tensorpager import _sizes
 
 #: The accepted forms, for messages.
-ACCEPTED = (
-    "None or 'none' (no budget); an int number of bytes > 0; a size string ("
-    + _sizes.ACCEPTED_SIZE_FORMS
-    + "); or a ratio in (0, 1] as a float or, where the front door takes one, a string with a decimal point"
-    " ('0.6', '1.0')"
-)
+ACCEPTED = ("None or 'none' (no budget); an int number of bytes > 0; a float ratio of the first step's peak in (0, 1];"
+            " or a string: " + _sizes.ACCEPTED_BUDGET_FORMS)
 
 
-def check(value: object, door: str, *, text_ratio: bool = True) -> int | float | None:
-    """The budget in value: bytes (int), a ratio (float) or None (no budget).
+def check(value: object, door: str) -> tuple[str, int | float] | None:
+    """The budget in value, as ``_sizes.parse_budget`` gives it: None,
+    ``("bytes", n)``, ``("peak", r)`` or ``("device", r)``.
 
     Args:
         value: as the user gave it.
         door: names the front door in messages (``"tensorpager.set_budget"``).
-        text_ratio: whether a string such as ``"0.6"`` is a ratio here
-            (``tp.budget`` has always refused it; it reads as a size).
 
     Raises:
         ValueError: value is no budget: 0 or negative, NaN or infinite, a
@@ -56,28 +50,13 @@ def check(value: object, door: str, *, text_ratio: bool = True) -> int | float |
             raise ValueError(f"{where}: a budget must be a finite number. Accepted: {ACCEPTED}")
         if not 0.0 < value <= 1.0:
             raise ValueError(f"{where}: a ratio must be in (0, 1]. Accepted: {ACCEPTED}")
-        return value
+        return ("peak", value)
     if isinstance(value, int) and value <= 0:
         raise ValueError(f"{where}: a budget must be > 0 bytes. Accepted: {ACCEPTED}")
-    text = f"{value}B" if isinstance(value, int) else value.strip()
-    if text.lower() == "none":
-        return None
-    if text_ratio and _sizes.looks_like_ratio(text):
-        ratio = _sizes.parse_ratio(text)
-        if ratio is None:
-            raise ValueError(f"{where}: a ratio must be in (0, 1]; for a size add a unit (e.g. {text}GiB). "
-                             f"Accepted: {ACCEPTED}")
-        return ratio
-    if text_ratio and text in ("0", "1"):
-        raise ValueError(f"{where} is ambiguous: write 1.0 for the whole device, or a size with a unit such as"
-                         f" 12GiB. Accepted: {ACCEPTED}")
     try:
-        n = _sizes.parse_size(text)
+        return _sizes.parse_budget(f"{value}B" if isinstance(value, int) else value)
     except ValueError as e:
-        raise ValueError(f"{where}: {e}") from None
-    if n == 0:
-        raise ValueError(f"{where}: a budget must be > 0 bytes. Accepted: {ACCEPTED}")
-    return n
+        raise ValueError(f"{where}: {e}. Accepted: {ACCEPTED}") from None
 
 
 def ratio_bytes(ratio: float, total: int, door: str, of: str) -> int:
@@ -93,12 +72,12 @@ def ratio_bytes(ratio: float, total: int, door: str, of: str) -> int:
     return n
 
 
-def check_block_arguments(size: object, timeline: object) -> None:
+def check_block_arguments(size: object, timeline: object) -> tuple[str, int | float] | None:
     """``tp.budget(size, timeline=...)``'s checks when the block is made, not at its end.
 
-    size is checked by ``check`` (a string ratio is not one here); timeline's
-    folder and extension by the C++ ``check_output_path``, as the
-    ``timeline`` key's, so a bad path fails before training, not after it.
+    size is checked by ``check``, whose answer it returns; timeline's folder
+    and extension by the C++ ``check_output_path``, as the ``timeline``
+    key's, so a bad path fails before training, not after it.
 
     Raises:
         ValueError, TypeError: as ``check``; ValueError for a timeline path
@@ -109,10 +88,11 @@ def check_block_arguments(size: object, timeline: object) -> None:
 
     if not isinstance(size, (bool, int, float, str)) and hasattr(size, "__index__"):
         size = operator.index(size)  # a NumPy integer, say
-    check(size, "tensorpager.budget", text_ratio=False)
+    checked = check(size, "tensorpager.budget")
     if timeline is not None:
         import os
 
         from tensorpager import _ext
 
         _ext.load().check_output_path("tensorpager.budget(timeline=...): ", os.fspath(timeline), True)  # type: ignore[arg-type]
+    return checked

@@ -40,7 +40,8 @@ def install(conf: str | None = None, **options: Any) -> None:
             ``TENSORPAGER_CONF`` (empty when unset: every default).
         **options: more keys, each replacing conf's entry of the same name.
             Sizes may be ints (bytes) or strings (``"12GiB"``); ``budget`` may
-            also be a float ratio of the device memory (``0.6``); None means
+            also be a float, a ratio of the first step's peak (``0.5``, with
+            ``manage="activations"``; Note [Budget spellings]); None means
             ``none``; paths may be ``os.PathLike``.
 
     If neither conf nor options name ``device`` and ``torch.cuda.device_count()``
@@ -174,9 +175,16 @@ def memory_summary() -> str:
 def _budget_bytes(value: int | float | str | None) -> int | None:
     """Turns a set_budget() argument into bytes, or None for no budget (_budget_value.py)."""
     checked = _budget_value.check(value, "tensorpager.set_budget")
-    if not isinstance(checked, float):
-        return checked
-    return _budget_value.ratio_bytes(checked, _device_total_bytes(), "tensorpager.set_budget",
+    if checked is None:
+        return None
+    kind, amount = checked
+    if kind == "bytes":
+        return int(amount)
+    if kind == "peak":  # Note [Budget spellings]: set_budget caps the allocator now
+        raise ValueError(f"tensorpager.set_budget({value!r}): {amount} is a ratio of the first step's peak, which"
+                         f" set_budget cannot know: it caps the allocator now. Write '{amount}device' for that share"
+                         f" of the device's memory, or a size; tp.budget({amount}) trains at that share of the peak")
+    return _budget_value.ratio_bytes(float(amount), _device_total_bytes(), "tensorpager.set_budget",
                                      "the device's memory")
 
 
@@ -194,12 +202,13 @@ def set_budget(value: int | float | str | None) -> None:
 
     Args:
         value: bytes (int > 0), a size string (``"12GiB"``, ``"512MB"``), a
-            ratio of the device's memory (``0.6`` or ``"0.6"``), or None /
-            ``"none"`` for no budget.
+            share of the device's memory (``"0.6device"``), or None /
+            ``"none"`` for no budget (Note [Budget spellings]).
 
     Raises:
         ValueError: value is not a budget (the message lists accepted forms),
-            or the C++ side refuses it.
+            a ratio of the peak (``0.6``, ``"0.6"``: only ``tp.budget`` and
+            ``manage:activations`` measure a step), or the C++ side refuses it.
         TypeError: value has another type.
     """
     load_ext().set_budget(_budget_bytes(value))

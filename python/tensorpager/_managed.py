@@ -12,12 +12,17 @@ Note [Managed process]
   user. The budget is the ``budget`` key and the policy the ``policy`` key:
 
   - bytes (``budget:6GiB``, ``budget:4096``): that budget from the start;
-  - a ratio (``budget:0.5``): a share of the first step's peak reserved
-    bytes, as ``tp.budget(0.5)`` (Note [Ratio budgets] in
-    ``hooks/runtime/budget_api.hpp``), not of the device's memory as the
-    ratio means without ``manage``: "train at half of what it needs" is what
-    a user who sets one variable asks for;
+  - a ratio of the peak (``budget:0.5``): a share of the first step's peak
+    reserved bytes, as ``tp.budget(0.5)`` (Note [Ratio budgets] in
+    ``hooks/runtime/budget_api.hpp``): "train at half of what it needs" is
+    what a user who sets one variable asks for. The allocator has no cap
+    until that step ends;
+  - a share of the device (``budget:0.9device``): the cap ``install()`` set
+    from the start;
   - none: every saved tensor is managed and measured, nothing is evicted.
+
+  The spellings are Note [Budget spellings] (``config/memory_budget.hpp``),
+  the same at every front door.
 
   The saved-tensor hooks are torch's default hooks of the thread that
   imported torch, entered and kept (``saved_tensors_hooks.__enter__``), so a
@@ -88,17 +93,17 @@ def managed() -> bool:
     return _process is not None
 
 
-def budget_argument(text: str) -> int | float | None:
+def budget_argument(text: str, installed_cap: int | None) -> int | float | None:
     """The ``budget`` key's value (as the C++ side writes it back) as tp.budget's size:
-    bytes, a ratio of the first step's peak, or None."""
-    if text in ("", "none"):
+    bytes, a ratio of the first step's peak, or None. A share of the device is
+    the cap install() set from it, ``installed_cap``."""
+    parsed = _sizes.parse_budget(text or "none")
+    if parsed is None:
         return None
-    if _sizes.looks_like_ratio(text):
-        ratio = _sizes.parse_ratio(text)
-        if ratio is None:
-            raise ValueError(f"tensorpager: budget:{text} is a ratio outside (0, 1]")
-        return ratio
-    return _sizes.parse_size(text)
+    kind, amount = parsed
+    if kind == "device":
+        return installed_cap
+    return float(amount) if kind == "peak" else int(amount)
 
 
 def start_if_configured(ext: Any) -> None:
@@ -121,11 +126,7 @@ def start_if_configured(ext: Any) -> None:
     if _runtime.active() is not None:
         raise ManagedProcessError("tensorpager: manage:activations while a tp.budget block is active;"
                                   " install before the block, or without manage")
-    size = budget_argument(values["budget"])
-    if isinstance(size, float):
-        # install() capped the allocator at that share of the device's memory;
-        # here the ratio is of the first step's peak, resolved at its end.
-        ext.set_budget(None)
+    size = budget_argument(values["budget"], ext.budget())
     block = process_budget(size, policy=values["policy"])
     block.__enter__()
     _process = block

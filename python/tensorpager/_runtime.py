@@ -50,7 +50,7 @@ import time
 import weakref
 from functools import partial
 
-from tensorpager import _budget_value, _install, _replay, _sizes
+from tensorpager import _budget_value, _install, _replay
 from tensorpager import timeline as _timeline
 
 TYPE_CHECKING = False
@@ -247,9 +247,11 @@ class budget:
     """A context manager: training under a memory budget (module docstring).
 
     Args:
-        size: the budget: bytes (int), a size string (``"12GiB"``), a float
-            ratio in (0, 1] of the first step's peak reserved bytes (Note
-            [Step boundaries]), or None (manage and measure, evict nothing).
+        size: the budget: bytes (int), a size string (``"12GiB"``), a ratio
+            in (0, 1] of the first step's peak reserved bytes (``0.5`` or
+            ``"0.5"``; Note [Step boundaries]), a share of the device's memory
+            (``"0.9device"``), or None (manage and measure, evict nothing).
+            Note [Budget spellings].
         policy: ``lru``, ``dtr``, ``capuchin`` or ``hybrid``; None: the
             configuration's ``policy`` key.
         timeline: a file to dump the block's memory timeline to at exit
@@ -276,20 +278,19 @@ class budget:
     def __init__(self, size: int | float | str | None = None, *, policy: str | None = None,
                  timeline: str | None = None, prefetch: bool = True, recompute: bool = True,
                  segment_depth: int = 1) -> None:
-        _budget_value.check_block_arguments(size, timeline)  # hostile values and bad paths fail here, not at exit
+        # Hostile values and bad paths fail here, not at exit (Note [Budget spellings]).
+        checked = _budget_value.check_block_arguments(size, timeline)
         self.bytes: int | None = None
-        self.ratio: float | None = None
-        if isinstance(size, bool):
-            raise TypeError("tensorpager.budget: size must be bytes, a size string or a ratio, not a bool")
-        if isinstance(size, float):
-            if not 0.0 < size <= 1.0:
-                raise ValueError(f"tensorpager.budget: a ratio must be in (0, 1] (of the first step's peak); "
-                                 f"got {size}")
-            self.ratio = size
-        elif size is not None:
-            self.bytes = _sizes.parse_size(size) if isinstance(size, str) else int(size)
-            if self.bytes <= 0:
-                raise ValueError(f"tensorpager.budget: a budget must be > 0 bytes; got {size!r}")
+        self.ratio: float | None = None  # of the first step's peak
+        self._device_share: float | None = None  # resolved in __enter__, once installed
+        if checked is not None:
+            kind, amount = checked
+            if kind == "bytes":
+                self.bytes = int(amount)
+            elif kind == "peak":
+                self.ratio = float(amount)
+            else:
+                self._device_share = float(amount)
         if segment_depth < 1:
             raise ValueError(f"tensorpager.budget: segment_depth must be >= 1; got {segment_depth}")
         self.policy = policy
@@ -312,6 +313,9 @@ class budget:
         if not _install.is_installed():
             _install.install()
         ext = _install.load_ext()
+        if self._device_share is not None:
+            self.bytes = _budget_value.ratio_bytes(self._device_share, _install._device_total_bytes(),
+                                                   "tensorpager.budget", "the device's memory")
         self._previous = ext.budget_begin(self.bytes, self.ratio, self.policy, self.prefetch)
         try:
             if self.timeline is not None:

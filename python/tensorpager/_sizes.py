@@ -10,7 +10,10 @@ and give the same answer the configuration parser would:
 * a number without a unit is a whole number of bytes; a fractional number
   needs a unit and is rounded down to a whole byte (``1.5GB``);
 * ``K``, ``M``, ``G``, ``T`` alone are rejected as ambiguous;
-* a ratio is digits, a point and digits, no unit, in (0, 1] (``0.6``, ``1.0``).
+* a ratio is digits, a point and digits, no unit, in (0, 1] (``0.6``, ``1.0``);
+* a budget (``parse_budget``) is a size, a ratio of the peak (``0.5``,
+  ``0.5peak``), a ratio of the device (``0.9device``) or ``none``, as
+  ``config/memory_budget.hpp`` parses it (Note [Budget spellings]).
 
 ``tests/python/test_sizes.py`` runs the C++ unit test's cases against it.
 This module imports nothing.
@@ -149,6 +152,57 @@ def parse_ratio(text: str) -> float | None:
         return None
     value = float(text.strip(_BLANKS))
     return value if 0.0 < value <= 1.0 else None
+
+
+#: The accepted budget forms, word for word as the C++ parser lists them.
+ACCEPTED_BUDGET_FORMS = (
+    "a size > 0 (12GiB, 4096), a ratio of the first step's peak (0.5 or 0.5peak), a ratio of the "
+    "device's memory (0.9device), or none; a ratio has a decimal point and lies in (0, 1]"
+)
+
+_SHARE_WORDS = ("peak", "device")
+
+
+def parse_budget(text: str) -> tuple[str, int | float] | None:
+    """Parses a budget by Note [Budget spellings] (config/memory_budget.hpp).
+
+    Returns None for ``"none"``, ``("bytes", n)`` for a size,
+    ``("peak", r)`` for ``"0.5"`` or ``"0.5peak"`` (a share of the first
+    step's peak) and ``("device", r)`` for ``"0.9device"`` (a share of the
+    device's memory). The C++ parser gives the same answer for every text;
+    ``tests/python/test_budget_spellings.py`` checks it row by row.
+
+    Raises:
+        ValueError: text is no budget; the message quotes it and says why.
+    """
+    t = text.strip(_BLANKS)
+    if not t:
+        raise ValueError("the budget is empty")
+    if t.lower() == "none":
+        return None
+    for word in _SHARE_WORDS:
+        if len(t) >= len(word) and t[-len(word):].lower() == word:
+            number = t[: -len(word)].strip(_BLANKS)
+            if not looks_like_ratio(number):
+                raise ValueError(f"'{t}' is not a ratio of the {word}: write a number with a decimal point in (0, 1]"
+                                 f" before '{word}' (e.g. 0.5{word}, 1.0{word})")
+            ratio = parse_ratio(number)
+            if ratio is None:
+                raise ValueError(f"'{t}' is a ratio of the {word} outside (0, 1]")
+            return (word, ratio)
+    if looks_like_ratio(t):
+        ratio = parse_ratio(t)
+        if ratio is None:
+            raise ValueError(f"'{t}' is a ratio (a number with a decimal point and no unit) outside (0, 1];"
+                             f" for a size add a unit (e.g. {t}GiB)")
+        return ("peak", ratio)
+    if t in ("0", "1"):
+        raise ValueError(f"'{t}' is ambiguous (Note [Budget spellings]): write 1.0 for the whole peak,"
+                         " 1.0device for the whole device, or a size with a unit such as 12GiB")
+    n = parse_size(t)
+    if n == 0:
+        raise ValueError(f"'{t}' is 0 bytes; a budget must be > 0 bytes")
+    return ("bytes", n)
 
 
 def format_size(n: int) -> str:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import sys
 
+from tensorpager import _budget_value, _keys
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -38,9 +40,9 @@ def _ext():  # noqa: ANN202
 
 def simulate(
     trace: str | os.PathLike[str],
-    budget: int | float | None = None,
+    budget: int | float | str | None = None,
     *,
-    policy: str = "hybrid",
+    policy: str = _keys.DEFAULTS["policy"],
     bandwidth_gbps: float = 50.0,
     latency_us: float = 5.0,
     compute_scale: float = 1.0,
@@ -49,8 +51,10 @@ def simulate(
     """Replays ``trace`` under ``budget`` with ``policy`` and returns the report.
 
     Args:
-        budget: a float in (0, 1] is a ratio of the unconstrained replay's peak
-            reserved bytes; an int is bytes; None replays unconstrained.
+        budget: a float in (0, 1] (or ``"0.5"``, ``"0.5peak"``) is a ratio of
+            the unconstrained replay's peak reserved bytes; an int or a size
+            string is bytes; None replays unconstrained (Note [Budget
+            spellings]; a share of a device is refused: a trace has none).
         policy: ``lru``, ``dtr``, ``capuchin`` or ``hybrid``.
         bandwidth_gbps, latency_us: the copy model (defaults: PCIe 5.0 x16, pinned).
         compute_scale: multiplies the recorded operator times.
@@ -66,16 +70,16 @@ def simulate(
         ValueError: a bad budget or policy. RuntimeError: a malformed trace.
     """
     kwargs: dict[str, Any] = {}
-    if isinstance(budget, bool):
-        raise ValueError(f"simulate: budget {budget!r} is not a ratio in (0, 1] or a number of bytes")
-    if isinstance(budget, float):
-        kwargs["ratio"] = budget
-    elif isinstance(budget, int):
-        kwargs["budget"] = budget
-        if budget <= 0:
-            raise ValueError(f"simulate: budget {budget} bytes must be > 0")
-    elif budget is not None:
-        raise ValueError(f"simulate: budget {budget!r} is not a ratio in (0, 1] or a number of bytes")
+    try:
+        checked = _budget_value.check(budget, "tensorpager.sim.simulate")
+    except TypeError as e:
+        raise ValueError(str(e)) from None
+    if checked is not None:
+        kind, amount = checked
+        if kind == "device":
+            raise ValueError(f"tensorpager.sim.simulate({budget!r}): a share of a device, and a trace is replayed on"
+                             f" none; give a ratio of the unconstrained peak ({amount}) or a size")
+        kwargs["ratio" if kind == "peak" else "budget"] = amount
     return dict(
         _ext().sim_run(
             os.fspath(trace),

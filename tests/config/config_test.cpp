@@ -208,7 +208,7 @@ TEST(Config, CompressAcceptsMethodsRulesAndClassNames) {
   EXPECT_EQ(tp::parse_config("compress:*=fp8;BatchNorm2d=bf16;Linear=none", "x").compress,
             "*=fp8;BatchNorm2d=bf16;Linear=none");
   // The value runs to the next ',': '=' and ';' belong to it.
-  const tp::config c = tp::parse_config("compress:Conv2d=pool2;ReLU=bf16,budget:0.5", "x");
+  const tp::config c = tp::parse_config("compress:Conv2d=pool2;ReLU=bf16,budget:0.5device", "x");
   EXPECT_EQ(c.compress, "Conv2d=pool2;ReLU=bf16");
   EXPECT_TRUE(c.budget);
 }
@@ -236,10 +236,10 @@ TEST(Config, CompressRejectsBadSpecsNamingTheRule) {
 }
 
 TEST(Config, TrimsBlanksAndToleratesATrailingComma) {
-  const tp::config c = tp::parse_config("  policy : LRU ,\tbudget:\t0.6 ,", "x");
+  const tp::config c = tp::parse_config("  policy : LRU ,\tbudget:\t0.6 DEVICE ,", "x");
   EXPECT_EQ(c.policy, tp::policy_kind::lru);
   ASSERT_TRUE(c.budget);
-  EXPECT_TRUE(c.budget->is_ratio());
+  EXPECT_EQ(c.budget->ratio_of(tp::budget_share::device), 0.6);
   EXPECT_EQ(c.budget->resolve(100 * GiB), static_cast<std::size_t>(0.6 * 100.0 * GiB));
 }
 
@@ -247,8 +247,12 @@ TEST(Config, BudgetDistinguishesBytesFromRatio) {
   EXPECT_EQ(tp::parse_config("budget:4096", "x").budget, tp::memory_budget{std::size_t{4096}});
   EXPECT_EQ(tp::parse_config("budget:2", "x").budget, tp::memory_budget{std::size_t{2}});
   EXPECT_EQ(tp::parse_config("budget:1B", "x").budget, tp::memory_budget{std::size_t{1}});
-  EXPECT_EQ(tp::parse_config("budget:1.0", "x").budget, tp::memory_budget{1.0});
-  EXPECT_EQ(tp::parse_config("budget:1.0", "x").budget->resolve(80 * GiB), 80 * GiB);
+  EXPECT_EQ(tp::parse_config("budget:1.0device", "x").budget, (tp::memory_budget{tp::budget_ratio{1.0, tp::budget_share::device}}));
+  EXPECT_EQ(tp::parse_config("budget:1.0device", "x").budget->resolve(80 * GiB), 80 * GiB);
+  EXPECT_EQ(tp::parse_config("manage:activations,budget:0.5", "x").budget,
+            (tp::memory_budget{tp::budget_ratio{0.5, tp::budget_share::peak}}));
+  EXPECT_EQ(tp::parse_config("manage:activations,budget:0.5Peak", "x").budget,
+            (tp::memory_budget{tp::budget_ratio{0.5, tp::budget_share::peak}}));
   EXPECT_EQ(tp::parse_config("budget:1.5GB", "x").budget,
             tp::memory_budget{std::size_t{1'500'000'000}});
   EXPECT_EQ(tp::parse_config("budget:none", "x").budget, std::nullopt);
@@ -298,13 +302,26 @@ TEST(Config, RejectsRatioOutsideZeroToOne) {
   EXPECT_THAT(msg, HasSubstr("(0, 1]"));
   EXPECT_THAT(msg, HasSubstr("1.5GiB"));
   EXPECT_THAT(error_for("budget:0.0"), HasSubstr("(0, 1]"));
+  EXPECT_THAT(error_for("budget:1.5device"), HasSubstr("ratio of the device outside (0, 1]"));
+  EXPECT_THAT(error_for("budget:1device"), HasSubstr("write a number with a decimal point"));
   EXPECT_THAT(error_for("host_budget:0.5"), HasSubstr("takes no ratio"));
+}
+
+// Note [Budget spellings]: a share of the peak needs a measured step.
+TEST(Config, ARatioOfThePeakNeedsManagedActivations) {
+  const std::string msg = error_for("budget:0.5,policy:lru");
+  EXPECT_THAT(msg, HasSubstr("'budget:0.5'"));
+  EXPECT_THAT(msg, HasSubstr("needs manage:activations"));
+  EXPECT_THAT(msg, HasSubstr("write 0.5device"));
+  EXPECT_THAT(error_for("budget:0.5peak"), HasSubstr("needs manage:activations"));
+  EXPECT_NO_THROW((void)tp::parse_config("budget:0.5,manage:activations", "x"));  // order does not matter
+  EXPECT_NO_THROW((void)tp::parse_config("budget:0.5device", "x"));
 }
 
 TEST(Config, RejectsAmbiguousOrZeroBudgets) {
   EXPECT_THAT(error_for("budget:1"), HasSubstr("ambiguous"));
   EXPECT_THAT(error_for("budget:0"), HasSubstr("ambiguous"));
-  EXPECT_THAT(error_for("budget:0GiB"), HasSubstr("below the minimum of 1B"));
+  EXPECT_THAT(error_for("budget:0GiB"), HasSubstr("is 0 bytes"));
   EXPECT_THAT(error_for("host_budget:0"), HasSubstr("below the minimum"));
 }
 
@@ -346,8 +363,8 @@ TEST(Config, ToStringRoundTrips) {
   EXPECT_EQ(tp::to_string(tp::config{}), "");
   const char* texts[] = {
       "budget:12GiB",
-      "budget:0.6,policy:lru",
-      "backend:native,budget:1.0,host_budget:1.5GB,host_fallback:pageable",
+      "budget:0.6device,policy:lru",
+      "backend:native,budget:1.0device,host_budget:1.5GB,host_fallback:pageable",
       "max_split_size:128MiB,timeline:C:/a b/run.json,record_trace:x.trace,device:cpu",
       "sim_capacity:1000,budget:4097",
       "timeline:run.html,timeline_events:123",
@@ -369,7 +386,7 @@ TEST(Config, ToStringRejectsValuesTheGrammarCannotCarry) {
   c.timeline = "a,b.json";
   EXPECT_THROW((void)tp::to_string(c), tp::config_error);
   c = {};
-  c.budget = tp::memory_budget{1.5};
+  c.budget = tp::memory_budget{tp::budget_ratio{1.5, tp::budget_share::device}};
   EXPECT_THROW((void)tp::to_string(c), tp::config_error);
   c = {};
   c.timeline_events = 0;
@@ -415,7 +432,8 @@ TEST(SplitAllocConf, SharesPyTorchBackendsWithBothSides) {
 TEST(ConfigFuzz, RandomTextThrowsOnlyConfigError) {
   const std::string alphabet = "abcdefghijklmnopqrstuvwxyz_:,.[]- 0123456789KMGTiB\t";
   const std::string fragments[] = {"budget:",  "policy:", "0.6",     "12GiB", ",",
-                                   "host_budget:", "none", "1.0", "max_split_size:", "lru"};
+                                   "host_budget:", "none", "1.0", "max_split_size:", "lru",
+                                   "device", "peak", "manage:activations"};
   std::mt19937 rng(12345);
   for (int i = 0; i < 5000; ++i) {
     std::string text;
@@ -441,21 +459,3 @@ TEST(ConfigFuzz, RandomTextThrowsOnlyConfigError) {
 
 }  // namespace
 
-namespace {
-
-TEST(Budget, ResolvesForADeviceAndRefusesWhatCannotWork) {
-  constexpr std::size_t gib = std::size_t{1} << 30;
-  const tp::config ok = tp::parse_config("budget:0.5", "test");
-  EXPECT_EQ(ok.budget->resolve_for_device(8 * gib, "gpu0"), 4 * gib);
-  const tp::config too_big = tp::parse_config("budget:12GiB", "test");
-  try {
-    (void)too_big.budget->resolve_for_device(8 * gib, "gpu0");
-    FAIL() << "expected config_error";
-  } catch (const tp::config_error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("12.00 GiB is more than the 8.00 GiB of gpu0"));
-  }
-  const tp::config tiny_ratio = tp::parse_config("budget:0.0000000001", "test");
-  EXPECT_THROW((void)tiny_ratio.budget->resolve_for_device(1024, "gpu0"), tp::config_error);
-}
-
-}  // namespace

@@ -95,7 +95,7 @@ TEST_F(CpuAdapter, SetBudgetBelowWhatIsInUseIsRefusedAndChangesNothing) {
 }
 
 TEST_F(CpuAdapter, RatioBudgetIsAShareOfTheSimulatedCapacity) {
-  tensorpager::install("device:cpu,sim_capacity:1GiB,budget:0.25");
+  tensorpager::install("device:cpu,sim_capacity:1GiB,budget:0.25device");
   EXPECT_EQ(tensorpager::budget(), std::size_t{256} << 20);
 }
 

@@ -190,7 +190,7 @@ def test_simulate_rejects_a_bad_budget() -> None:
     run_python(
         f"""
 from tensorpager import sim
-for bad in (0, -5, 1.5, "half"):
+for bad in (0, -5, 1.5, "half", "0.5device", True):
     try:
         sim.simulate({str(log)!r}, bad)
     except ValueError as e:

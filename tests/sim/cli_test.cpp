@@ -92,7 +92,9 @@ TEST_F(Cli, BadInputNamesItAndWhatIsAccepted) {
   EXPECT_EQ(run({path_, "--budget", "-1"}), 2);
   EXPECT_NE(err_.str().find("accepted"), std::string::npos) << err_.str();
   EXPECT_EQ(run({path_, "--budget", "1.5"}), 2);
-  EXPECT_NE(err_.str().find("not a ratio in (0, 1]"), std::string::npos) << err_.str();
+  EXPECT_NE(err_.str().find("outside (0, 1]"), std::string::npos) << err_.str();
+  EXPECT_EQ(run({path_, "--budget", "0.5device"}), 2);  // Note [Budget spellings]: no device in a trace
+  EXPECT_NE(err_.str().find("give a ratio of the unconstrained peak (0.5)"), std::string::npos) << err_.str();
   EXPECT_EQ(run({path_, "--budget", "12 gigs"}), 2);
   EXPECT_EQ(run({path_, "--policy", "fifo"}), 2);
   EXPECT_NE(err_.str().find("unknown policy 'fifo'; accepted: lru, dtr, capuchin, hybrid"), std::string::npos)
