@@ -12,21 +12,17 @@
 
 #include "core/errors.hpp"
 #include "hooks/c10_errors.hpp"
+#include "hooks/process_state.hpp"
 
 namespace tp::hooks {
 namespace {
 
-/// Every adapter ever created, for the deleter to search, newest last.
-/// Append-only and leaked; see Note [Adapters live forever].
-struct adapter_table {
-  std::array<std::atomic<cpu_adapter*>, cpu_adapter::max_adapters> slots{};
-  std::atomic<std::size_t> count{0};
-};
+using adapter_table = cpu_adapter_table;
+static_assert(adapter_table::capacity == cpu_adapter::max_adapters);
 
-adapter_table& table() {
-  static auto* t = new adapter_table;  // intentionally leaked
-  return *t;
-}
+/// Every adapter ever created, for the deleter to search, newest last
+/// (Note [Process state], Note [Adapters live forever]).
+adapter_table& table() { return process().cpu_adapters; }
 
 /// The priority of c10::SetCPUAllocator: it replaces the current allocator
 /// only at a priority at least as high as the current one's, and torch's

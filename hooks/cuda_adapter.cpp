@@ -42,6 +42,7 @@
 #include "core/errors.hpp"
 #include "hooks/c10_cuda_platform.hpp"
 #include "hooks/c10_errors.hpp"
+#include "hooks/process_state.hpp"
 
 // Note [CUDAAllocator's inline getMemoryInfo]
 // torch's CUDAAllocator defines getMemoryInfo in its header, calling
@@ -60,10 +61,7 @@ namespace {
 using c10::CachingDeviceAllocator::TraceEntry;
 
 /// The installed adapter, for the deleter of every DataPtr it made.
-std::atomic<cuda_adapter*>& installed_adapter() {
-  static auto* a = new std::atomic<cuda_adapter*>(nullptr);  // leaked: deleters run at exit
-  return *a;
-}
+std::atomic<cuda_adapter*>& installed_adapter() { return process().cuda; }  // Note [Process state]
 
 /// The priority of c10::SetAllocator; see install_priority in cpu_adapter.cpp.
 constexpr std::uint8_t install_priority = std::numeric_limits<std::uint8_t>::max();

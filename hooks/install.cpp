@@ -1,6 +1,6 @@
 // The C++ API of tensorpager.hpp: which adapter is installed, and the calls
-// that reach it. The installed state lives here, in one leaked registry (it
-// must outlive static destruction: tensors die after it).
+// that reach it. The installed state is process().install (Note [Process
+// state]).
 
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +14,7 @@
 #include "hooks/cpu_adapter.hpp"
 #include "hooks/installed_adapter.hpp"
 #include "hooks/output_path.hpp"
+#include "hooks/process_state.hpp"
 #include "hooks/runtime/budget_api.hpp"
 #include "hooks/profiler_glue.hpp"
 #include "hooks/tensorpager.hpp"
@@ -26,22 +27,9 @@ namespace {
 
 using tp::hooks::allocator_control;
 
-struct registry {
-  std::mutex mutex;  // guards the members; adapters themselves are thread-safe
-  allocator_control* active = nullptr;
-  tp::hooks::cpu_adapter* cpu = nullptr;  // == active when the CPU adapter is installed
-  tp::hooks::runtime_host* host = nullptr;  // the active adapter, for the budget runtime
-  c10::Allocator* c10_allocator = nullptr;  // the active adapter, as torch sees it
-#if TP_HOOKS_WITH_CUDA
-  tp::hooks::cuda_adapter* cuda = nullptr;  // == active when the CUDA adapter is installed
-#endif
-  tp::config config;                      // valid while active != nullptr
-};
+using registry = tp::hooks::install_state;
 
-registry& the_registry() {
-  static auto* r = new registry;  // intentionally leaked, see above
-  return *r;
-}
+registry& the_registry() { return tp::hooks::process().install; }  // Note [Process state]
 
 /// The installed adapter; adapters are never destroyed, so the reference
 /// stays valid after the lock is released.
@@ -81,8 +69,8 @@ void install(const std::string& conf) {
   registry& r = the_registry();
   std::lock_guard lock(r.mutex);
   if (r.active != nullptr) {
-    if (r.config == cfg) return;
-    throw tp::config_error("tensorpager is already installed with " + quoted(tp::to_string(r.config)) + "; " +
+    if (r.cfg == cfg) return;
+    throw tp::config_error("tensorpager is already installed with " + quoted(tp::to_string(r.cfg)) + "; " +
                            source + " asks for " + quoted(tp::to_string(cfg)) +
                            ". Change the budget with set_budget(), or (device:cpu) uninstall() first");
   }
@@ -115,7 +103,7 @@ void install(const std::string& conf) {
                            "toolkit); this build supports device:cpu only");
 #endif
   }
-  r.config = cfg;
+  r.cfg = cfg;
   tp::hooks::on_adapter_installed(*recordable, cfg);  // the timeline (profiler_glue.hpp)
 }
 
@@ -137,7 +125,7 @@ void uninstall() {
   r.active = nullptr;
   r.host = nullptr;
   r.c10_allocator = nullptr;
-  r.config = tp::config{};
+  r.cfg = tp::config{};
 }
 
 bool is_installed() {
@@ -149,7 +137,7 @@ bool is_installed() {
 std::string current_config() {
   registry& r = the_registry();
   std::lock_guard lock(r.mutex);
-  return r.active != nullptr ? tp::to_string(r.config) : std::string();
+  return r.active != nullptr ? tp::to_string(r.cfg) : std::string();
 }
 
 std::string device_kind() { return std::string(tp::to_string(installed().kind())); }
@@ -210,7 +198,7 @@ installed_adapter installed_adapter_now() {
   auto& r = tensorpager::the_registry();
   std::lock_guard lock(r.mutex);
   allocator_control& control = tensorpager::installed_locked(r);
-  return installed_adapter{control, *r.host, *r.c10_allocator, r.config};
+  return installed_adapter{control, *r.host, *r.c10_allocator, r.cfg};
 }
 
 }  // namespace tp::hooks

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/errors.hpp"
+#include "hooks/process_state.hpp"
 #include "hooks/tensorpager.hpp"
 #include "profiler/runtime_recorder.hpp"
 #include "runtime/runtime.hpp"
@@ -38,38 +39,17 @@
 namespace tp::hooks {
 namespace {
 
-/// A runtime attached with attach_runtime(), and its recorder into the
-/// current log (none while not recording).
-struct attached_runtime {
-  memory_runtime* runtime;
-  std::int16_t device;
-  std::unique_ptr<profiler::runtime_recorder> recorder;
-};
-
 // Note [Timeline locks]
-// `mutex` guards the state and is held while the adapter and the attached
-// runtimes are (de)registered, which takes their locks: glue -> runtime.
-// The runtime's lock can in turn be held when hooks code asks for the
-// current log (a recompute replays a module, whose saved tensors the codec
-// packs and tags: tag_block), so that path takes only `current_mutex`, which
-// guards `current` alone and under which nothing else is locked.
-struct timeline_state {
-  std::mutex mutex;  // guards the members but `current`
-  std::mutex current_mutex;  // guards `current`; written with `mutex` held too
-  event_log_attachable* adapter = nullptr;
-  std::vector<attached_runtime> runtimes;
-  std::unique_ptr<tp::clock> clock;              // the event clock, made on first use
-  std::shared_ptr<profiler::event_log> current;  // recording
-  std::shared_ptr<profiler::event_log> last;     // the most recent recording, current or stopped
-  std::string exit_path;                         // the `timeline` key
-  std::size_t max_events = default_timeline_events;  // the `timeline_events` key
-  bool atexit_registered = false;
-};
+// The state is process().timeline (Note [Process state], which orders its
+// two locks among the others). `mutex` guards the state and is held while
+// the adapter and the attached runtimes are (de)registered, which takes
+// their locks: glue -> runtime. The runtime's lock can in turn be held when
+// hooks code asks for the current log (a recompute replays a module, whose
+// saved tensors the codec packs and tags: tag_block), so that path takes
+// only `current_mutex`, which guards `current` alone and under which nothing
+// else is locked.
 
-timeline_state& state() {
-  static auto* s = new timeline_state;  // intentionally leaked: Note [One timeline per process]
-  return *s;
-}
+timeline_state& state() { return process().timeline; }  // Note [One timeline per process]
 
 /// Requires: s.mutex held.
 void stop_locked(timeline_state& s) {

@@ -15,6 +15,7 @@
 #include <c10/util/StringUtil.h>
 
 #include "core/errors.hpp"
+#include "hooks/process_state.hpp"
 #include "hooks/profiler_glue.hpp"
 
 namespace tp::hooks::compress {
@@ -25,23 +26,11 @@ constexpr std::array<method, 4> all_methods{method::none, method::pool2, method:
 /// e4m3fn's largest finite value: a tensor's largest magnitude maps onto it.
 constexpr double fp8_e4m3_max = 448.0;
 
-struct method_counters {
-  std::atomic<std::int64_t> tensors{0};
-  std::atomic<std::int64_t> bytes_in{0};
-  std::atomic<std::int64_t> bytes_out{0};
-  std::atomic<std::int64_t> restored{0};
-};
+using method_counters = codec_counters::per_method;
+static_assert(codec_counters::methods == all_methods.size());
 
-struct counters {
-  std::array<method_counters, all_methods.size()> by_method;
-  std::atomic<std::int64_t> live_bytes{0};
-  std::atomic<std::int64_t> live_bytes_peak{0};
-};
-
-counters& the_counters() {
-  static auto* c = new counters;  // leaked: packed tensors may die after static destruction
-  return *c;
-}
+/// Packed tensors may die after static destruction: Note [Process state].
+codec_counters& the_counters() { return process().codec; }
 
 method_counters& counters_of(method m) { return the_counters().by_method[static_cast<std::size_t>(m)]; }
 
@@ -200,7 +189,7 @@ std::shared_ptr<packed_activation> pack(const at::Tensor& t, method m) {
 }
 
 std::map<std::string, std::int64_t> stats() {
-  counters& c = the_counters();
+  codec_counters& c = the_counters();
   std::map<std::string, std::int64_t> out;
   const std::string prefix = "tensorpager.compress.";
   std::int64_t saved = 0;
@@ -221,7 +210,7 @@ std::map<std::string, std::int64_t> stats() {
 }
 
 void reset_stats() {
-  counters& c = the_counters();
+  codec_counters& c = the_counters();
   for (method_counters& mc : c.by_method) {
     mc.tensors = 0;
     mc.bytes_in = 0;

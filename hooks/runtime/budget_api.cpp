@@ -14,26 +14,17 @@
 
 #include "core/errors.hpp"
 #include "hooks/installed_adapter.hpp"
+#include "hooks/process_state.hpp"
 #include "hooks/runtime/budget_floor.hpp"
 #include "hooks/tensorpager.hpp"
 
 namespace tp::hooks {
 namespace {
 
-/// The active session and what it needs at its first step. Leaked, like the
-/// adapters: saved storages may die during static destruction.
-struct session_registry {
-  std::mutex mutex;
-  std::shared_ptr<budget_session> active;
-  std::shared_ptr<budget_session> last;  // for session_stats() after the end
-  std::optional<double> pending_ratio;   // Note [Ratio budgets]
-  std::uint64_t steps = 0;
-};
+using session_registry = session_state;
 
-session_registry& sessions() {
-  static auto* r = new session_registry;  // intentionally leaked
-  return *r;
-}
+/// The active session and what it needs at its first step (Note [Process state]).
+session_registry& sessions() { return process().sessions; }
 
 std::int64_t as_int(std::uint64_t v) { return static_cast<std::int64_t>(v); }
 

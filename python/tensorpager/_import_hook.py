@@ -83,11 +83,11 @@ def _refuse(var: str, message: str) -> None:
 
 def install_from_environment(environ: MutableMapping[str, str]) -> None:
     """Installs tensorpager with ``TENSORPAGER_CONF``; errors say where it came from."""
-    import tensorpager
+    from tensorpager import _install
 
     conf = environ.get(_keys.ENV_CONF, "")
     try:
-        tensorpager.install(conf)  # also acts on the timeline, compress and record_trace keys
+        _install.install(conf)  # also acts on the timeline, compress and record_trace keys
     except (ValueError, ImportError) as e:
         hint = (
             f"tensorpager: the configuration came from {origin}: '{conf}'. Set"
