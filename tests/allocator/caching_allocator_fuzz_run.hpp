@@ -84,9 +84,19 @@ struct fuzz_counts {
   std::atomic<long> ops{0}, allocs{0}, frees{0}, uses{0}, ooms{0}, budget_refusals{0};
   long device_allocs = 0, device_frees = 0;  // segments, or maps and unmaps (expandable)
   std::atomic<long> pattern_mismatches{0}, invariant_failures{0}, early_reuses{0}, checked_copies{0};
+  // What the run went through, asserted by the pinned seeds (Note [Pinned
+  // fuzz seeds] in caching_allocator_fuzz_test.cpp):
+  /// Device memory given back inside allocate() to fit the budget: cached
+  /// segments released (plain) or free granules unmapped (expandable).
+  std::atomic<long> frees_to_fit{0};
+  /// Allocations made while a guard of another stream's use was pending.
+  std::atomic<long> allocs_beside_pending_uses{0};
+  /// Invariant checks made once another worker had reached its final frees
+  /// (the window of the race fixed in 24c06cc).
+  std::atomic<long> checks_after_a_worker_ended{0};
 };
 
-class fuzz_run {
+class fuzz_run : private segment_listener {
  public:
   fuzz_run(std::uint64_t seed, int workers, long ops, int global_check_every, bool expandable)
       : seed_(seed), workers_(workers), ops_per_worker_(ops / workers), check_every_(global_check_every),
@@ -94,7 +104,11 @@ class fuzz_run {
         alloc_(rig_.dev, {.budget = 768 * MiB, .max_split_size = 48 * MiB, .expandable_segments = expandable}) {
     streams_.push_back(default_stream);
     for (int i = 0; i < 3; ++i) streams_.push_back(rig_.dev.create_stream());
+    alloc_.set_segment_listener(this);
   }
+  ~fuzz_run() override { alloc_.set_segment_listener(nullptr); }
+  fuzz_run(const fuzz_run&) = delete;
+  fuzz_run& operator=(const fuzz_run&) = delete;
 
   void run() {
     std::atomic<bool> done{false};
@@ -141,9 +155,11 @@ class fuzz_run {
       counts.ops++;
       if (check_every_ > 0 && (i + 1) % check_every_ == 0) {
         std::unique_lock all(model_mutex_);
+        if (workers_ended_ > 0) counts.checks_after_a_worker_ended++;
         check_invariants();
       }
     }
+    workers_ended_++;
     // Under the model lock like every other step: another worker may be
     // checking the invariants (a snapshot and the statistics, read apart).
     std::shared_lock step(model_mutex_);
@@ -186,12 +202,14 @@ class fuzz_run {
     const std::size_t bytes = random_size(rng);
     const stream_id stream = streams_[rng() % streams_.size()];
     void* p = nullptr;
+    allocating_ = true;
     try {
       p = alloc_.allocate(bytes, stream);
     } catch (const out_of_memory&) {
       counts.ooms++;
-      return;
     }
+    allocating_ = false;
+    if (p == nullptr) return;
     counts.allocs++;
     check_not_guarded(reinterpret_cast<std::uintptr_t>(p), bytes);
     // The stamp stands for a kernel on `stream`: reuse on the same stream is
@@ -274,18 +292,21 @@ class fuzz_run {
 
   void check_not_guarded(std::uintptr_t begin, std::size_t bytes) {
     std::lock_guard g(guard_mutex_);
+    bool pending = false;
     for (auto it = guards_.begin(); it != guards_.end();) {
       if (rig_.dev.query_event(it->event)) {
         rig_.dev.destroy_event(it->event);
         it = guards_.erase(it);
         continue;
       }
+      pending = true;
       if (begin < it->end && it->begin < begin + bytes) {
         ADD_FAILURE() << "a block was handed out while work on another stream could still use it";
         counts.early_reuses++;
       }
       ++it;
     }
+    if (pending) counts.allocs_beside_pending_uses++;
   }
 
   // Requires: the model lock held exclusively (no worker mid-operation).
@@ -363,6 +384,14 @@ class fuzz_run {
     EXPECT_EQ(alloc_.stats().reserved_bytes.all().current, 0);
   }
 
+  // segment_listener: called on the allocating thread with the allocator's
+  // lock held.
+  void on_segment_alloc(std::uintptr_t, std::size_t, stream_id) noexcept override {}
+  void on_segment_free(std::uintptr_t, std::size_t, stream_id) noexcept override {
+    if (allocating_) counts.frees_to_fit++;
+  }
+
+  static inline thread_local bool allocating_ = false;  // inside alloc_.allocate
   std::uint64_t seed_;
   int workers_;
   long ops_per_worker_;
@@ -374,6 +403,7 @@ class fuzz_run {
   std::mutex guard_mutex_;
   std::vector<guard> guards_;
   std::atomic<std::uint64_t> next_id_{1};
+  std::atomic<int> workers_ended_{0};  // workers past their last step
 };
 
 }  // namespace tp::testing
