@@ -71,7 +71,7 @@ caching_allocator::~caching_allocator() {
       b = next;
     }
   }
-  for (event_id e : all_events_) device_.destroy_event(e);
+  // The events waited for above are destroyed by events_, after this body.
 }
 
 void* caching_allocator::allocate(std::size_t bytes, stream_id stream) {

@@ -89,6 +89,7 @@
 #include "allocator/segment_listener.hpp"
 #include "allocator/snapshot.hpp"
 #include "device/device.hpp"
+#include "device/event_pool.hpp"
 
 namespace tp {
 
@@ -239,7 +240,6 @@ class caching_allocator {
   void make_room(std::size_t size, stream_id stream);
   detail::block* allocate_plain_fallback(std::size_t size, stream_id stream);
   // caching_allocator_events.cpp: stream-ordered frees.
-  event_id take_event();
   void insert_events(detail::block* b);
   void process_events();
   void wait_for_pending_events(lock_type& lock);
@@ -301,8 +301,7 @@ class caching_allocator {
   std::vector<stream_id> known_streams_;
   std::vector<std::pair<stream_id, std::deque<pending_event>>> pending_;  // per recording stream
   std::size_t pending_count_ = 0;
-  std::vector<event_id> free_events_;
-  std::vector<event_id> all_events_;
+  event_pool events_{device_};  // Note [Stream-ordered reuse]
   allocator_stats stats_;
   std::int64_t high_water_ = 0;  // take_allocated_high_water()
   /// current_reclaim(): the threads inside a reclaim, and their requests.

@@ -11,20 +11,9 @@ namespace tp {
 
 using detail::block;
 
-event_id caching_allocator::take_event() {
-  if (!free_events_.empty()) {
-    const event_id e = free_events_.back();
-    free_events_.pop_back();
-    return e;
-  }
-  const event_id e = device_.create_event();
-  all_events_.push_back(e);
-  return e;
-}
-
 void caching_allocator::insert_events(block* b) {
   for (const stream_id s : b->stream_uses) {
-    const event_id e = take_event();
+    const event_id e = events_.take();
     device_.record_event(e, s);
     auto it = std::find_if(pending_.begin(), pending_.end(), [s](const auto& p) { return p.first == s; });
     if (it == pending_.end()) it = pending_.insert(pending_.end(), {s, {}});
@@ -43,7 +32,7 @@ void caching_allocator::process_events() {
       const pending_event p = queue.front();
       queue.pop_front();
       --pending_count_;
-      free_events_.push_back(p.event);
+      events_.give(p.event);
       if (--p.block->pending_events == 0) free_block(p.block, allocator_event_kind::free_completed);
     }
   }

@@ -30,20 +30,10 @@ transfer_engine::~transfer_engine() {
     } catch (const std::exception&) {
     }
   }
-  for (event_id e : all_events_) dev_.destroy_event(e);
   if (own_offload_) dev_.destroy_stream(offload_);
   if (own_prefetch_) dev_.destroy_stream(prefetch_);
-}
-
-event_id transfer_engine::take_event() {
-  if (!free_events_.empty()) {
-    const event_id e = free_events_.back();
-    free_events_.pop_back();
-    return e;
-  }
-  const event_id e = dev_.create_event();
-  all_events_.push_back(e);
-  return e;
+  // events_ destroys its events after this body, so after these streams; a
+  // destroyed stream's pending records still complete (device::destroy_stream).
 }
 
 bool transfer_engine::start_offload(managed_tensor& t) {
@@ -54,12 +44,12 @@ bool transfer_engine::start_offload(managed_tensor& t) {
     ++stats_.host_pool_refusals;
     return false;
   }
-  const event_id ready = take_event();
+  const event_id ready = events_.take();
   dev_.record_event(ready, t.stream);
   dev_.stream_wait_event(offload_, ready);
-  give_event(ready);  // the wait captured the record (Note [Offload ordering])
+  events_.give(ready);  // the wait captured the record (Note [Offload ordering])
   dev_.copy_async(host.ptr, t.binding->device_ptr(), t.bytes, offload_);
-  t.copy_event = take_event();
+  t.copy_event = events_.take();
   t.has_copy_event = true;
   dev_.record_event(t.copy_event, offload_);
   t.host = host;
@@ -73,7 +63,7 @@ bool transfer_engine::try_complete_offload(managed_tensor& t) {
   if (!dev_.query_event(t.copy_event)) return false;
   notify(runtime_event_kind::offload_end, t, offload_);  // before release: the block's address
   t.binding->release_device();
-  give_event(t.copy_event);
+  events_.give(t.copy_event);
   t.has_copy_event = false;
   t.state = tensor_state::on_host;
   stats_.offloaded_bytes += t.bytes;
@@ -101,7 +91,7 @@ void transfer_engine::release_offloading(managed_tensor& t) {
 
 bool transfer_engine::settle(managed_tensor& t) {
   if (t.has_copy_event && dev_.query_event(t.copy_event)) {
-    give_event(t.copy_event);
+    events_.give(t.copy_event);
     t.has_copy_event = false;
   }
   return !t.has_copy_event;
@@ -122,18 +112,18 @@ void transfer_engine::cancel_offload(managed_tensor& t) {
 
 void transfer_engine::start_prefetch(managed_tensor& t) {
   void* dst = t.binding->allocate_device(t.bytes);
-  const event_id ready = take_event();
+  const event_id ready = events_.take();
   dev_.record_event(ready, t.stream);
   dev_.stream_wait_event(prefetch_, ready);
-  give_event(ready);
+  events_.give(ready);
   if (t.has_copy_event) {
     // An offload released stream-ordered may still be writing the host copy.
     dev_.stream_wait_event(prefetch_, t.copy_event);
-    give_event(t.copy_event);
+    events_.give(t.copy_event);
     t.has_copy_event = false;
   }
   dev_.copy_async(dst, t.host.ptr, t.bytes, prefetch_);
-  t.copy_event = take_event();
+  t.copy_event = events_.take();
   t.has_copy_event = true;
   dev_.record_event(t.copy_event, prefetch_);
   t.state = tensor_state::prefetching;
@@ -183,7 +173,7 @@ void transfer_engine::discard(managed_tensor& t) noexcept {
     if (t.has_copy_event && t.host.ptr != nullptr) {
       defer_host_free(t);
     } else {
-      if (t.has_copy_event) give_event(t.copy_event);
+      if (t.has_copy_event) events_.give(t.copy_event);
       t.has_copy_event = false;
       if (t.host.ptr != nullptr) pool_.deallocate(t.host.ptr);
     }
@@ -220,7 +210,7 @@ void transfer_engine::poll(std::int64_t now_ns) {
         observer_->on_event(e);
       }
       pool_.deallocate(deferred_[i].host);
-      give_event(deferred_[i].event);
+      events_.give(deferred_[i].event);
     } else {
       deferred_[kept++] = deferred_[i];
     }

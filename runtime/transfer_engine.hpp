@@ -60,6 +60,7 @@
 #include "allocator/caching_allocator.hpp"
 #include "allocator/pinned_host_pool.hpp"
 #include "device/device.hpp"
+#include "device/event_pool.hpp"
 #include "runtime/managed_tensor.hpp"
 #include "runtime/runtime_observer.hpp"
 
@@ -159,8 +160,6 @@ class transfer_engine {
     std::int64_t late_since_ns = -1;
     runtime_event stall{};
   };
-  event_id take_event();
-  void give_event(event_id e) { free_events_.push_back(e); }
   void defer_host_free(managed_tensor& t);
   // Frees t's device storage behind the work queued on `stream`.
   void release_behind(managed_tensor& t, stream_id stream);
@@ -176,8 +175,7 @@ class transfer_engine {
   stream_id prefetch_;
   bool own_offload_;
   bool own_prefetch_;
-  std::vector<event_id> free_events_;
-  std::vector<event_id> all_events_;
+  event_pool events_{dev_};
   std::vector<deferred_free> deferred_;
   transfer_stats stats_;
   runtime_observer* observer_ = nullptr;

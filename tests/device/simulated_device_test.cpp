@@ -143,6 +143,32 @@ TEST(SimulatedDevice, CopyCompletesExactlyAtItsModelledFinishTime) {
   EXPECT_EQ(clock.now_ns(), 10 * second_ns + copy_ns);
 }
 
+// synchronize waits for its own stream alone: with work due later on one
+// stream (on the manual clock) and another stream held, synchronizing an idle
+// stream or the default stream returns at once (the clock does not move,
+// nothing else retires) and blocks on neither.
+TEST(SimulatedDevice, SynchronizingAnIdleStreamWaitsForNoOtherStream) {
+  tp::manual_clock clock;
+  tp::simulated_device dev(clock);
+  const tp::stream_id busy = dev.create_stream(), held = dev.create_stream(), idle = dev.create_stream();
+  const tp::event_id worked = dev.create_event(), released = dev.create_event(), done = dev.create_event();
+  dev.enqueue_work(busy, 1'000);
+  dev.record_event(worked, busy);
+  dev.hold_stream(held);
+  dev.record_event(released, held);
+  dev.record_event(done, idle);  // retires at once: nothing before it
+  for (const tp::stream_id s : {idle, tp::default_stream}) dev.synchronize(s);
+  EXPECT_EQ(clock.now_ns(), 0);
+  EXPECT_TRUE(dev.query_event(done));
+  EXPECT_FALSE(dev.query_event(worked));
+  EXPECT_FALSE(dev.query_event(released));
+  dev.release_stream(held);
+  dev.synchronize(busy);
+  EXPECT_EQ(clock.now_ns(), 1'000);
+  EXPECT_TRUE(dev.query_event(worked));
+  EXPECT_TRUE(dev.query_event(released));
+}
+
 TEST(SimulatedDevice, WorkStartsNoEarlierThanWhatItWaitsForOrItsRelease) {
   tp::manual_clock clock;
   tp::simulated_device::options o;
