@@ -39,6 +39,18 @@ Note [Managed process]
   ends with no budget, so nothing can fail for want of memory at shutdown,
   and one line on stderr says what the runtime did (``exit_line``).
 
+Note [The managed thread]
+  Saved-tensor hooks are per thread, and the process budget is entered on the
+  thread that imported torch. A script may train on another one (a worker
+  thread, a GUI's or a server's). So the process budget follows the first
+  thread that runs a forward with grad: if that is not the importing thread,
+  the hooks are entered on it too and its forwards become the steps and
+  segments (the runtime learns one thread's access sequence). Once a thread
+  has trained, a forward with grad on any other thread is left alone, with
+  one warning: two threads' steps interleaved would teach the runtime an
+  access sequence that neither follows. A ``tp.budget`` block never moves:
+  it covers the thread that entered it (Note [What a budget covers]).
+
 Note [DataLoader workers]
   A DataLoader worker runs no autograd and must not hold a runtime of its
   own. A spawned (or forkserver) worker is a new interpreter: its start-up
@@ -74,6 +86,8 @@ class ManagedProcessError(RuntimeError):
 
 class process_budget(_runtime.budget):
     """The budget block of a managed process (Note [Managed process])."""
+
+    _follows_training_thread = True  # Note [The managed thread]
 
     def _nested_error(self) -> RuntimeError:
         return ManagedProcessError(

@@ -42,6 +42,14 @@ starts after a backward has unpacked saved tensors (each iteration of a
 training loop), or at an explicit ``tp.step()``. A ratio budget is resolved
 at the first boundary (a share of that step's peak reserved bytes).
 
+Note [What a budget covers]
+The cap is the allocator's, so it is device-wide. The runtime manages what
+the thread that entered the block saves for backward (autograd's own threads
+unpack it for that thread); another thread's forwards and saved tensors pass
+through untouched, neither steps nor segments, and so do ``no_grad`` and
+``inference_mode`` sections. A managed process follows the first thread that
+trains instead (Note [The managed thread] in ``_managed.py``).
+
 Note [torch.compile]
 torch.compile traces Python, and the module and saved-tensor hooks are
 Python: traced, they would either break the trace (pybind calls, per-call
@@ -106,7 +114,7 @@ def _ext() -> Any:
 class _Tracker:
     """The saved-tensor hooks and module hooks of one budget block."""
 
-    def __init__(self, ext: Any, segment_depth: int, recompute: bool) -> None:
+    def __init__(self, ext: Any, segment_depth: int, recompute: bool, follow_training_thread: bool = False) -> None:
         self.ext = ext
         self.segment_depth = segment_depth
         self.recompute = recompute
@@ -114,6 +122,12 @@ class _Tracker:
         # working for it, which run no module forwards): forwards of other
         # threads are not its segments or steps (Note [What a budget covers]).
         self.thread = threading.get_ident()
+        # A managed process follows the first thread that trains instead
+        # (Note [The managed thread] in _managed.py).
+        self.follow_training_thread = follow_training_thread
+        self.trained = False  # self.thread has run a forward with grad
+        self.warned_thread = False
+        self.thread_hooks: Any = None  # a threading.local: the hooks entered on a followed thread
         self.stack: list[Any] = []
         self.segment: _replay.Segment | None = None  # the segment whose forward is running
         self.producers: dict[int, tuple[Any, _replay.Segment, int]] = {}  # storage key -> (weak output, segment, index)
@@ -157,7 +171,9 @@ class _Tracker:
 
     # --- module hooks ------------------------------------------------------------------
     def pre_forward(self, module: Any, args: tuple) -> None:
-        if _compiling() or self.suspended or threading.get_ident() != self.thread:
+        if _compiling() or self.suspended:
+            return
+        if threading.get_ident() != self.thread and not self._follow_this_thread():
             return
         depth = len(self.stack)
         if depth == 0 and not self.warned_compiled and id(module) not in self.scanned:
@@ -176,10 +192,31 @@ class _Tracker:
 
         if not torch.is_grad_enabled():
             return
+        self.trained = True
         if depth == 0 and self.unpacked:
             self.step()
         if self.recompute and depth == self.segment_depth:
             self.segment = _replay.Segment(module, args)
+
+    def _follow_this_thread(self) -> bool:
+        """Whether the calling thread becomes the managed one: Note [The managed thread]."""
+        import torch
+
+        if not self.follow_training_thread or not torch.is_grad_enabled():
+            return False
+        if self.trained or self.stack:
+            if not self.warned_thread:
+                self.warned_thread = True
+                import warnings
+
+                warnings.warn(OTHER_THREAD_WARNING, RuntimeWarning, stacklevel=4)
+            return False
+        self.thread = threading.get_ident()
+        hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+        hooks.__enter__()  # kept while the thread lives, as the importing thread's are
+        self.thread_hooks = threading.local()
+        self.thread_hooks.guard = _ExitWithThread(hooks)
+        return True
 
     def post_forward(self, module: Any, args: tuple, *rest: Any) -> None:
         # (kwargs, output) normally; torch passes fewer when the forward
@@ -290,6 +327,31 @@ COMPILED_WARNING = (
 )
 
 
+class _ExitWithThread:
+    """Exits saved-tensor hooks on the thread that entered them, when it ends.
+
+    Held in a ``threading.local``: CPython drops a thread's locals on that
+    thread as it ends, with the GIL held. Hooks left entered on an ended
+    thread abort the process at exit (torch 2.11: "terminate called without
+    an active exception", its thread-local hook stack freed without the GIL).
+    """
+
+    def __init__(self, hooks: Any) -> None:
+        self.hooks = hooks
+        self.thread = threading.get_ident()
+
+    def __del__(self) -> None:
+        if threading.get_ident() == self.thread:  # never pop another thread's hooks
+            self.hooks.__exit__(None, None, None)
+
+
+OTHER_THREAD_WARNING = (
+    "tensorpager: manage:activations manages the thread that trained first; this forward with grad runs on"
+    " another thread, and what it saves for backward stays on the device, outside the budget"
+    " (Note [The managed thread] in tensorpager/_managed.py)."
+)
+
+
 def _compiled(module: Any) -> bool:
     """Whether module runs compiled: torch.compile(module) or module.compile()."""
     return type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None) is not None
@@ -362,6 +424,10 @@ class budget:
         self._hooks: Any = None
         self._tracker: _Tracker | None = None
 
+    # A tp.budget block covers the thread that entered it (Note [What a
+    # budget covers]); the managed process overrides this.
+    _follows_training_thread = False
+
     def __enter__(self) -> budget:
         global _active
         import torch
@@ -379,7 +445,7 @@ class budget:
         try:
             if self.timeline is not None:
                 _timeline.start_timeline()
-            self._tracker = tr = _Tracker(ext, self.segment_depth, self.recompute)
+            self._tracker = tr = _Tracker(ext, self.segment_depth, self.recompute, self._follows_training_thread)
             self._handles = [
                 nn_module.register_module_forward_pre_hook(tr.pre_forward),
                 nn_module.register_module_forward_hook(tr.post_forward, with_kwargs=True, always_call=True),

@@ -65,6 +65,34 @@ def test_gpt_trains_at_half_its_peak_with_only_the_variable(tmp_path: Path) -> N
     assert "tensorpager" not in plain.stderr
 
 
+def test_a_script_that_trains_on_another_thread_is_managed_there() -> None:
+    # Note [The managed thread]: the process budget follows the first thread
+    # that trains; the one that imported torch never does here.
+    env = {"ZERO_CODE_THREAD": "1", "ZERO_CODE_STEPS": "3"}
+    plain = run_python(SCRIPT, env=clean_env(**env))
+    managed = run_python(
+        SCRIPT, env=clean_env(**env, **{VAR: "backend:tensorpager,manage:activations,budget:48MiB,policy:lru"}),
+        hook=True)  # about 0.55 of this script's peak (86 MiB with expandable segments)
+    assert losses(plain.stdout) == losses(managed.stdout)
+    line = exit_line(managed.stderr)
+    assert int(line["steps"]) == 3
+    assert int(line["offloads"]) > 0, line.group(0)  # the thread's saved tensors were managed
+    assert 0 < int(line["peak"]) <= int(line["budget"]), line.group(0)
+    assert "manage:activations manages the thread that trained first" not in managed.stderr
+
+
+def test_a_second_training_thread_is_left_alone_with_one_warning() -> None:
+    proc = run_python(SMALL_MODEL + """
+import threading
+grads()  # the importing thread trains first: it stays the managed one
+t = threading.Thread(target=lambda: [grads() for _ in range(2)])
+t.start(); t.join()
+grads()
+""", env=clean_env(**{VAR: "backend:tensorpager,manage:activations,policy:lru"}), hook=True)
+    assert proc.stderr.count("manage:activations manages the thread that trained first") == 1, proc.stderr
+    assert int(exit_line(proc.stderr)["steps"]) == 2  # the importing thread's two iterations
+
+
 def test_disable_turns_the_managed_runtime_off() -> None:
     env = {"ZERO_CODE_STEPS": "2"}
     plain = run_python(SCRIPT, env=clean_env(**env))

@@ -6,6 +6,7 @@ seeded random tokens. It prints one ``loss <step> <float.hex>`` line per step,
 so two runs can be compared bit for bit, and, on CUDA, torch's own peak.
 
 Run it as a user would: ``PYTORCH_CUDA_ALLOC_CONF=... python zero_code_train.py``.
+``ZERO_CODE_THREAD=1`` trains on a thread other than the one that imported torch.
 """
 
 import os
@@ -55,4 +56,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if os.environ.get("ZERO_CODE_THREAD") == "1":  # train on a thread of its own, as a server or a GUI would
+        import threading
+
+        worker = threading.Thread(target=main)
+        worker.start()
+        worker.join()
+    else:
+        main()
