@@ -81,6 +81,21 @@ def test_a_script_that_trains_on_another_thread_is_managed_there() -> None:
     assert "manage:activations manages the thread that trained first" not in managed.stderr
 
 
+def test_distributed_data_parallel_trains_exactly_under_the_budget() -> None:
+    # DDP's gradient buckets and the tensors its collectives use are held by
+    # its reducer, never by autograd alone, so they are never evicted; the
+    # activations under the DDP wrapper are managed as without it.
+    env = {"ZERO_CODE_DDP": "1", "ZERO_CODE_STEPS": "3"}
+    plain = run_python(SCRIPT, env=clean_env(**env))
+    managed = run_python(
+        SCRIPT, env=clean_env(**env, **{VAR: "backend:tensorpager,manage:activations,budget:48MiB,policy:lru"}),
+        hook=True)
+    assert losses(plain.stdout) == losses(managed.stdout)
+    line = exit_line(managed.stderr)
+    assert int(line["steps"]) == 3 and int(line["offloads"]) > 0, line.group(0)
+    assert 0 < int(line["peak"]) <= int(line["budget"]), line.group(0)
+
+
 def test_a_second_training_thread_is_left_alone_with_one_warning() -> None:
     proc = run_python(SMALL_MODEL + """
 import threading

@@ -6,7 +6,8 @@ seeded random tokens. It prints one ``loss <step> <float.hex>`` line per step,
 so two runs can be compared bit for bit, and, on CUDA, torch's own peak.
 
 Run it as a user would: ``PYTORCH_CUDA_ALLOC_CONF=... python zero_code_train.py``.
-``ZERO_CODE_THREAD=1`` trains on a thread other than the one that imported torch.
+``ZERO_CODE_THREAD=1`` trains on a thread other than the one that imported torch;
+``ZERO_CODE_DDP=1`` wraps the model in DistributedDataParallel (one rank).
 """
 
 import os
@@ -37,10 +38,24 @@ class Decoder(nn.Module):
         return self.norm(x) @ self.tokens.weight.t()
 
 
+def data_parallel(model: nn.Module, device: str) -> nn.Module:
+    """model wrapped in DistributedDataParallel, in a process group of one rank."""
+    import tempfile
+
+    import torch.distributed as dist
+
+    store = os.path.join(tempfile.mkdtemp(), "store")
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=f"file://{store}", rank=0,
+                            world_size=1)
+    return nn.parallel.DistributedDataParallel(model)
+
+
 def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
     model = Decoder().to(device)
+    if os.environ.get("ZERO_CODE_DDP") == "1":  # one rank of DistributedDataParallel
+        model = data_parallel(model, device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     data = torch.randint(0, VOCAB, (STEPS, BATCH, SEQ + 1), generator=torch.Generator().manual_seed(1))
     for step in range(STEPS):
