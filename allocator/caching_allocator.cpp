@@ -125,15 +125,14 @@ void* caching_allocator::allocate(std::size_t bytes, stream_id stream) {
   throw_oom(bytes, stream, reclaimed, /*larger_than_device=*/false);
 }
 
-void caching_allocator::deallocate(void* ptr) {
+void caching_allocator::deallocate(void* ptr) noexcept {
   if (ptr == nullptr) return;
   lock_type lock(mutex_);
   const auto it = allocated_.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (it == allocated_.end()) {
-    throw invalid_argument(fmt::format(
-        "tensorpager: deallocate({}): this pointer is not allocated by this allocator (a double "
-        "free, or memory from elsewhere); nothing was freed",
-        ptr));
+    fail_fast(fmt::format("tensorpager: deallocate({}): this pointer is not allocated by this allocator (a double "
+                          "free, or memory from elsewhere)",
+                          ptr));
   }
   block* b = it->second;
   allocated_.erase(it);

@@ -136,10 +136,11 @@ class caching_allocator {
   /// stream the device does not know, tp::out_of_memory after Note [Reclaim].
   void* allocate(std::size_t bytes, stream_id stream = default_stream);
 
-  /// Frees a pointer from allocate(); nullptr is ignored. Throws
-  /// tp::invalid_argument, changing nothing, for a pointer this allocator
-  /// does not hold (a double free or a foreign pointer).
-  void deallocate(void* ptr);
+  /// Frees a pointer from allocate(); nullptr is ignored. Requires: ptr came
+  /// from allocate() and is not freed yet; a double free or a foreign pointer
+  /// ends the process with a message (tp::fail_fast), as free() does. Callers
+  /// that can be handed foreign pointers ask allocation_size() first.
+  void deallocate(void* ptr) noexcept;
 
   /// Declares that `stream` also uses the allocation at `ptr`, so its memory
   /// is not reused before the work enqueued on `stream` up to the free has

@@ -102,20 +102,19 @@ host_block pinned_host_pool::allocate(std::size_t bytes) {
   return fallback_or_throw(bytes, cls, host_fallback_reason::device);
 }
 
-void pinned_host_pool::deallocate(void* ptr) {
+void pinned_host_pool::deallocate(void* ptr) noexcept {
   if (ptr == nullptr) return;
   live_block block{};
   {
     std::lock_guard lock(mu_);
     const auto it = live_.find(ptr);
     if (it == live_.end()) {
-      throw invalid_argument(fmt::format(
-          "pinned_host_pool::deallocate: {} was not allocated by this pool, or was already freed",
-          ptr));
+      fail_fast(fmt::format("pinned_host_pool::deallocate: {} was not allocated by this pool, or was already freed",
+                            ptr));
     }
     block = it->second;
     if (block.pinned) {
-      // Cache first: if that throws (bad_alloc), nothing has changed.
+      // Cache first (a bad_alloc here ends the process: deallocate is noexcept).
       if (block.size <= (std::size_t{1} << max_class_log2)) {
         const auto index = static_cast<std::size_t>(std::countr_zero(block.size)) - min_class_log2;
         small_free_[index].push_back(ptr);

@@ -104,10 +104,10 @@ class pinned_host_pool {
   host_block allocate(std::size_t bytes);
 
   /// Returns a block from allocate() to the pool: pinned ones are cached,
-  /// pageable ones freed. nullptr is ignored. Throws tp::invalid_argument,
-  /// changing nothing, for a pointer the pool did not hand out (a double free
-  /// or a foreign pointer).
-  void deallocate(void* ptr);
+  /// pageable ones freed. nullptr is ignored. Requires: ptr came from
+  /// allocate() and is not returned yet; a double free or a foreign pointer
+  /// ends the process with a message (tp::fail_fast), as free() does.
+  void deallocate(void* ptr) noexcept;
 
   /// Returns every cached block to the device (empty_cache for host memory).
   void release_cached() noexcept;

@@ -6,6 +6,8 @@
 // any allocator treats it as an allocation failure. The torch layer maps it to
 // c10::OutOfMemoryError (Python: torch.OutOfMemoryError).
 
+#include <cstdio>
+#include <cstdlib>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -49,5 +51,15 @@ class out_of_memory : public std::bad_alloc {
  private:
   std::string what_;
 };
+
+/// Ends the process with message on stderr. For a broken contract found
+/// where nothing can be thrown: a double free or a foreign pointer reaching a
+/// noexcept deallocate, which glibc's free() and tcmalloc also end the
+/// process for. Carrying on would free memory in use or corrupt the cache.
+[[noreturn]] inline void fail_fast(const std::string& message) noexcept {
+  std::fprintf(stderr, "%s\n", message.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
 
 }  // namespace tp

@@ -190,13 +190,7 @@ class replay {
 
   // --- sim_binding's calls --------------------------------------------------
   void* allocate(std::size_t bytes) { return alloc_.allocate(bytes, compute_); }
-  void deallocate(void* p) noexcept {
-    try {
-      alloc_.deallocate(p);
-    } catch (...) {
-      std::terminate();  // a pointer the allocator does not hold: a simulator bug
-    }
-  }
+  void deallocate(void* p) noexcept { alloc_.deallocate(p); }  // a foreign pointer ends the process
   // Re-creates storage `index` at its current version (Note [Recomputable
   // storages]): replays its producer, then the writes applied so far, each
   // with its inputs pinned (Note [Operator inputs are pinned]).

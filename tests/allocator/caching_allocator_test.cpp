@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "allocator_test_support.hpp"
@@ -163,21 +164,25 @@ TEST_F(CachingAllocator, RecordStreamOnOwnStreamNeedsNoEvent) {
   EXPECT_EQ(alloc_.stats().active.all().current, 0);
 }
 
-TEST_F(CachingAllocator, DoubleFreeThrowsAndChangesNothing) {
+// deallocate is noexcept (STYLE.md's contract): a double free or a foreign
+// pointer cannot be thrown back, and carrying on would corrupt the cache, so
+// it ends the process naming the pointer, as free() does.
+static_assert(noexcept(std::declval<caching_allocator&>().deallocate(nullptr)));
+
+TEST_F(CachingAllocator, DoubleFreeEndsTheProcessWithAMessage) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   void* a = alloc_.allocate(1 * MiB);
-  void* b = alloc_.allocate(1 * MiB);
   alloc_.deallocate(a);
-  const auto before = to_memory_stats(alloc_.stats());
-  EXPECT_THROW(alloc_.deallocate(a), invalid_argument);
-  EXPECT_EQ(to_memory_stats(alloc_.stats()), before);
-  alloc_.deallocate(b);
+  EXPECT_DEATH(alloc_.deallocate(a), "deallocate\\(0x[0-9a-f]+\\): this pointer is not allocated by this allocator");
 }
 
-TEST_F(CachingAllocator, ForeignPointerThrows) {
+TEST_F(CachingAllocator, ForeignPointerEndsTheProcessOnFreeAndThrowsElsewhere) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   int x = 0;
-  EXPECT_THROW(alloc_.deallocate(&x), invalid_argument);
+  EXPECT_DEATH(alloc_.deallocate(&x), "a double free, or memory from elsewhere");
   void* a = alloc_.allocate(1 * MiB);
-  EXPECT_THROW(alloc_.deallocate(static_cast<char*>(a) + 512), invalid_argument);  // interior
+  EXPECT_DEATH(alloc_.deallocate(static_cast<char*>(a) + 512), "not allocated by this allocator");  // interior
+  EXPECT_EQ(alloc_.allocation_size(&x), 0u);  // how a caller handed foreign pointers tells them apart
   EXPECT_THROW(alloc_.record_stream(&x, default_stream), invalid_argument);
   alloc_.deallocate(a);
 }

@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -212,16 +213,21 @@ TEST(PinnedHostPool, ReleaseCachedReturnsMemoryToTheDevice) {
   f.dev->deallocate_host(all, 64 * KiB);
 }
 
-TEST(PinnedHostPool, RejectsForeignPointersAndDoubleFreesChangingNothing) {
+static_assert(noexcept(std::declval<tp::pinned_host_pool&>().deallocate(nullptr)));
+
+// deallocate is noexcept: a foreign pointer or a double free ends the process
+// with a message naming it, as free() does (tp::fail_fast).
+TEST(PinnedHostPool, ForeignPointersAndDoubleFreesEndTheProcessWithAMessage) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   pool_fixture f;
   tp::pinned_host_pool pool(*f.dev);
   const tp::host_block a = pool.allocate(4 * KiB);
   int local = 0;
-  EXPECT_THROW(pool.deallocate(&local), tp::invalid_argument);
-  EXPECT_THROW(pool.deallocate(static_cast<char*>(a.ptr) + 16), tp::invalid_argument);
+  EXPECT_DEATH(pool.deallocate(&local), "was not allocated by this pool, or was already freed");
+  EXPECT_DEATH(pool.deallocate(static_cast<char*>(a.ptr) + 16), "was not allocated by this pool");
   EXPECT_EQ(pool.stats().in_use_bytes, 4 * KiB);
   pool.deallocate(a.ptr);
-  EXPECT_THROW(pool.deallocate(a.ptr), tp::invalid_argument);
+  EXPECT_DEATH(pool.deallocate(a.ptr), "was already freed");
   EXPECT_EQ(pool.stats().cached_bytes, 4 * KiB);
   pool.deallocate(nullptr);
 }
