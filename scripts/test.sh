@@ -21,12 +21,14 @@ source scripts/build_env.sh
 step_start=$SECONDS
 step_name=""
 step_time() { if [[ -n "$step_name" ]]; then echo "=== $step_name: $((SECONDS - step_start)) s"; fi; }
+# The total counts from the script's start, the dependency check included.
+finish() { local rc=$?; step_time; echo "=== total: $SECONDS s (exit $rc)"; }
 step() {
   step_time
   step_name="$*"; step_start=$SECONDS
   echo; echo "=== $* ==="
 }
-trap step_time EXIT
+trap finish EXIT
 
 # With torch, the main build pretends there is no system fmt, so it uses the
 # fmt headers torch ships, header-only, as the GPU machine (which may lack
@@ -91,5 +93,5 @@ if [[ -d tests/python ]]; then
   step "Python tests"
   require_ext=0; [[ "$TP_CMAKE_SUMMARY" == torch:\ yes* ]] && require_ext=1
   TP_REQUIRE_EXT=$require_ext PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" TENSORPAGER_EXT_DIR="$PWD/build/hooks" \
-    build/venv/bin/python -m pytest tests/python -q -rs
+    build/venv/bin/python -m pytest tests/python -q -rs --durations=12
 fi
