@@ -216,15 +216,15 @@ std::optional<memory_budget> parse_budget_value(const entry_context& ctx) {
 }
 
 // A ratio of the first step's peak needs a step measured with no budget: only
-// manage:activations runs one (Note [Budget spellings]).
-void check_budget_needs(const config& c, const entry_context& budget_entry) {
+// manage:activations runs one (Note [Budget spellings]). The problem, or "".
+std::string budget_needs_problem(const config& c) {
   const std::optional<double> peak = c.budget ? c.budget->ratio_of(budget_share::peak) : std::nullopt;
-  if (!peak || c.manage != manage_kind::none) return;
-  budget_entry.fail(fmt::format(
+  if (!peak || c.manage != manage_kind::none) return {};
+  return fmt::format(
       "a ratio of the first step's peak needs manage:activations, which measures that step; without it "
       "the budget caps the allocator from the start: write {}device for that share of the device's "
       "memory, or a size",
-      format_ratio_exact(*peak)));
+      format_ratio_exact(*peak));
 }
 
 std::string parse_path(const entry_context& ctx) { return std::string(ctx.value); }
@@ -359,9 +359,9 @@ config parse_config(std::string_view text, std::string_view source) {
     seen[index] = entry;
     apply(c, entry_context{source, entry, key, trim(entry.substr(colon + 1))});
   }
-  if (const config_key_info* budget = find_config_key("budget"); budget != nullptr) {
-    const std::string_view entry = seen[static_cast<std::size_t>(budget - key_table.data())];
-    check_budget_needs(c, entry_context{source, entry, budget, trim(entry.substr(entry.find(':') + 1))});
+  if (const std::string problem = budget_needs_problem(c); !problem.empty()) {
+    const config_key_info* budget = find_config_key("budget");
+    entry_context{source, seen[static_cast<std::size_t>(budget - key_table.data())], budget, {}}.fail(problem);
   }
   return c;
 }

@@ -107,16 +107,16 @@ def managed() -> bool:
     return _process is not None
 
 
-def budget_argument(text: str, installed_cap: int | None) -> int | float | None:
+def budget_argument(text: str, ext: Any) -> int | float | None:
     """The ``budget`` key's value (as the C++ side writes it back) as tp.budget's size:
-    bytes, a ratio of the first step's peak, or None. A share of the device is
-    the cap install() set from it, ``installed_cap``."""
-    parsed = _sizes.parse_budget(text or "none")
+    bytes, a ratio of the first step's peak, or None. Read by the C++ parser;
+    a share of the device is the cap install() already set from it."""
+    parsed = ext.parse_budget(text or "none")
     if parsed is None:
         return None
     kind, amount = parsed
     if kind == "device":
-        return installed_cap
+        return ext.budget()
     return float(amount) if kind == "peak" else int(amount)
 
 
@@ -140,7 +140,7 @@ def start_if_configured(ext: Any) -> None:
     if _runtime.active() is not None:
         raise ManagedProcessError("tensorpager: manage:activations while a tp.budget block is active;"
                                   " install before the block, or without manage")
-    size = budget_argument(values["budget"], ext.budget())
+    size = budget_argument(values["budget"], ext)
     block = process_budget(size, policy=values["policy"])
     block.__enter__()
     _process = block
