@@ -184,11 +184,14 @@ class caching_allocator {
   /// as it is. 0 for a pointer this allocator does not hold.
   std::size_t usable_if_freed(const void* ptr, const std::vector<const void*>& also,
                               const reclaim_request& r) const;
-  /// The most bytes allocated at once since the previous call (or since
-  /// construction), and restarts the count from what is allocated now. For
-  /// one reader (the runtime's Note [Resident floor]); stats() peaks are
-  /// untouched.
-  std::size_t take_allocated_high_water();
+  /// Bytes allocated: the most at once since the previous call (or since
+  /// construction), and now; the count restarts from now. For one reader
+  /// (the runtime's Note [Resident floor]); stats() peaks are untouched.
+  struct allocated_marks {
+    std::size_t high_water = 0;
+    std::size_t now = 0;
+  };
+  allocated_marks take_allocated_high_water();
 
   allocator_stats stats() const;
   void reset_peak_stats();

@@ -73,12 +73,12 @@ void caching_allocator::reset_accumulated_stats() {
   stats_.reset_accumulated();
 }
 
-std::size_t caching_allocator::take_allocated_high_water() {
+caching_allocator::allocated_marks caching_allocator::take_allocated_high_water() {
   std::lock_guard lock(mutex_);
   const std::int64_t now = stats_.allocated_bytes.all().current;
   const std::int64_t high = std::max(high_water_, now);
   high_water_ = now;
-  return static_cast<std::size_t>(high);
+  return {static_cast<std::size_t>(high), static_cast<std::size_t>(now)};
 }
 
 std::size_t caching_allocator::largest_free_block() const {

@@ -5,20 +5,26 @@
 // The most memory a step held at once that no eviction could have given
 // back: memory the runtime does not manage (weights, gradients, optimizer
 // state, activation gradients in flight, temporaries) plus the tensors an
-// operator was using. At each runtime event (a tensor tracked, a tensor
-// accessed) the runtime takes the allocator's high-water mark since the
-// previous event and subtracts the evictable bytes (the candidate set:
-// resident, evictable, not pinned; an accessed tensor is in use, so not),
-// the smaller of the figures at the two events: a tensor tracked after the
-// previous event is an operator's output, and one untracked since was an
-// operator's operand (autograd frees saved tensors after their node ran);
-// either was needed at the high-water moment. The step's largest such value
-// is the floor: the same program allocates the same unmanaged memory under
-// any budget, so a budget below it cannot work. It is an estimate, close
-// from below in practice (fragmentation comes on top); hooks/runtime uses the
-// first step's figure to refuse, at once, a budget that cannot work (Note
-// [Budget floor] in hooks/runtime/budget_floor.cpp). One compare per
-// allocation buys the high-water mark (take_allocated_high_water).
+// operator was using. The runtime samples it at each event (a tensor
+// tracked, a tensor accessed), with the allocator's marks since the previous
+// event: the high-water mark and what is allocated now.
+// - The high-water moment lies between the two events. What was evictable
+//   all through it is the smaller of the evictable bytes just after the
+//   previous event and just before this one: a tensor tracked now is the
+//   output of the operator that ran in between, in use at the high-water
+//   moment; a tensor accessed at the previous event was that operator's
+//   operand; a tensor accessed now was not yet in use, so it counts as
+//   evictable (a backward reaches its peak in one node, while the saved
+//   input of the next node waits, and that input can wait on the host).
+// - Now, after the event, the accessed tensor is in use and must be
+//   resident: what is allocated now less what is evictable after the event.
+// The step's largest such value is the floor: the same program allocates
+// the same unmanaged memory under any budget, so a budget below it cannot
+// work. It is an estimate, close from below in practice (fragmentation comes
+// on top); hooks/runtime uses the first step's figure to refuse, at once, a
+// budget that cannot work (Note [Budget floor] in
+// hooks/runtime/budget_floor.cpp). One compare per allocation buys the
+// high-water mark (take_allocated_high_water).
 
 #include <algorithm>
 #include <cstddef>
@@ -29,13 +35,15 @@ namespace tp {
 /// allocator's high-water mark afresh when it starts sampling.
 class resident_floor {
  public:
-  /// high_water: the most bytes allocated since the previous sample;
-  /// evictable: what a policy could evict now.
-  void sample(std::size_t high_water, std::size_t evictable) noexcept {
-    const std::size_t spare = sampled_ ? std::min(evictable, last_evictable_) : evictable;
+  /// high_water, now: the most bytes allocated since the previous sample,
+  /// and now; evictable_before, evictable_after: what a policy could evict
+  /// just before this event and just after it (less a tensor now in use).
+  void sample(std::size_t high_water, std::size_t now, std::size_t evictable_before,
+              std::size_t evictable_after) noexcept {
+    const std::size_t spare = sampled_ ? std::min(evictable_before, last_evictable_) : evictable_before;
     sampled_ = true;
-    current_ = std::max(current_, high_water > spare ? high_water - spare : 0);
-    last_evictable_ = evictable;
+    current_ = std::max({current_, less(high_water, spare), less(now, evictable_after)});
+    last_evictable_ = evictable_after;
   }
   /// A step boundary: the step's peak becomes last_step().
   void end_step() noexcept {
@@ -47,6 +55,8 @@ class resident_floor {
   std::size_t peak() const noexcept { return std::max(last_, current_); }
 
  private:
+  static std::size_t less(std::size_t a, std::size_t b) noexcept { return a > b ? a - b : 0; }
+
   std::size_t current_ = 0;
   std::size_t last_ = 0;
   std::size_t last_evictable_ = 0;

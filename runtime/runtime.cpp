@@ -77,7 +77,10 @@ tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, str
   if (recorded) by_ordinal_.push_back(ref.id);
   lineage_.add(ref.id, ref.recompute_cost_ns, more.parents, more.revive);
   make_candidate(ref);
-  floor_.sample(alloc_.take_allocated_high_water(), candidates_.bytes());
+  // ref is the output of the operator that ran since the previous event.
+  const auto marks = alloc_.take_allocated_high_water();
+  floor_.sample(marks.high_water, marks.now, candidates_.bytes() - (ref.in_candidates ? ref.bytes : 0),
+                candidates_.bytes());
   poll_locked();
   if (recorded) after_event_locked(false);
   return ref.id;

@@ -24,8 +24,10 @@ void memory_runtime::access_locked(managed_tensor& t, lock_type& lock) {
   t.last_access_ns = clock_.now_ns();
   ++t.access_count;
   candidates_.touch(t);
-  // t is resident and about to be used: it counts as not evictable here.
-  floor_.sample(alloc_.take_allocated_high_water(), candidates_.bytes() - (t.in_candidates ? t.bytes : 0));
+  // t waited until now, and is about to be used: Note [Resident floor].
+  const auto marks = alloc_.take_allocated_high_water();
+  floor_.sample(marks.high_water, marks.now, candidates_.bytes(),
+                candidates_.bytes() - (t.in_candidates ? t.bytes : 0));
   if (replaying_locked()) return;  // Note [Replays are not recorded]
   if (t.step == recorder_.steps_completed()) recorder_.on_access(t.ordinal, t.last_access_ns);
   after_event_locked(true);

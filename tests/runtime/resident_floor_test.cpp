@@ -14,28 +14,51 @@ namespace {
 
 using namespace tp::testing;
 
-TEST(ResidentFloor, IsTheHighWaterMarkLessWhatWasEvictableAtBothEnds) {
+TEST(ResidentFloor, IsTheHighWaterMarkLessWhatWasEvictableAllThrough) {
   resident_floor f;
-  f.sample(100, 40);  // first sample: 100 - 40
+  f.sample(100, 100, 40, 40);  // first sample: 100 - 40
   EXPECT_EQ(f.peak(), 60u);
-  f.sample(150, 90);  // min(90, 40) evictable at both ends: 150 - 40
+  f.sample(150, 150, 90, 90);  // min(40 after the last event, 90 before this one): 150 - 40
   EXPECT_EQ(f.peak(), 110u);
-  f.sample(120, 10);  // 120 - 10, below the peak
+  f.sample(120, 120, 10, 10);  // 120 - 10, below the peak
   EXPECT_EQ(f.peak(), 110u);
-  f.sample(5, 10);    // never below zero
+  f.sample(5, 5, 10, 10);      // never below zero
   EXPECT_EQ(f.peak(), 110u);
+}
+
+TEST(ResidentFloor, ATensorAccessedNowWasSpareAtTheHighWaterMomentButNotAfter) {
+  resident_floor f;
+  f.sample(100, 100, 50, 50);  // 50 evictable: x (30) and y (20)
+  EXPECT_EQ(f.peak(), 50u);
+  // An operator peaked at 160 and freed 40 of it; then x is accessed: it
+  // waited through the peak (evictable before this event), so 160 - 50, and
+  // it is in use now: 120 allocated less y.
+  f.sample(160, 120, 50, 20);
+  EXPECT_EQ(f.peak(), 110u);
+  // The next operator peaks with x in use: x is not spare in this interval.
+  f.sample(130, 90, 20, 20);
+  EXPECT_EQ(f.peak(), 110u);  // 130 - 20
+  f.sample(150, 90, 50, 50);  // y and a tensor tracked since: min(20, 50)
+  EXPECT_EQ(f.peak(), 130u);
+}
+
+TEST(ResidentFloor, WhatIsAllocatedAfterTheEventCounts) {
+  resident_floor f;
+  f.sample(100, 100, 60, 60);
+  f.sample(100, 100, 60, 0);  // everything now in use
+  EXPECT_EQ(f.peak(), 100u);
 }
 
 TEST(ResidentFloor, AStepBoundaryKeepsTheLastStepsPeakUntilTheNextExceedsIt) {
   resident_floor f;
-  f.sample(100, 0);
+  f.sample(100, 100, 0, 0);
   f.end_step();
   EXPECT_EQ(f.peak(), 100u);
-  f.sample(50, 0);
+  f.sample(50, 50, 0, 0);
   EXPECT_EQ(f.peak(), 100u);
   f.end_step();
   EXPECT_EQ(f.peak(), 50u);  // the last completed step's
-  f.sample(70, 0);
+  f.sample(70, 70, 0, 0);
   EXPECT_EQ(f.peak(), 70u);
 }
 
@@ -43,8 +66,10 @@ TEST(ResidentFloor, RuntimeCountsWhatIsNotEvictableAndWhatIsInUse) {
   runtime_rig rig({.expandable = true});
   memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, {});
   void* weights = rig.alloc.allocate(8 * MiB, rig.compute);  // not tracked: never evictable
-  fake_binding x(rig, 4 * MiB, 1), y(rig, 4 * MiB, 2);
+  // Two operators' outputs, each tracked as it is made.
+  fake_binding x(rig, 4 * MiB, 1);
   const tensor_id tx = rt.track(x, x.bytes(), rig.compute, 0);
+  fake_binding y(rig, 4 * MiB, 2);
   const tensor_id ty = rt.track(y, y.bytes(), rig.compute, 0);
   rt.step();
   EXPECT_GE(rt.floor_bytes(), 8 * MiB);
@@ -53,6 +78,7 @@ TEST(ResidentFloor, RuntimeCountsWhatIsNotEvictableAndWhatIsInUse) {
   void* grad = rig.alloc.allocate(4 * MiB, rig.compute);
   rt.access(tx);
   EXPECT_GE(rt.floor_bytes(), 16 * MiB);  // weights, the gradient and x in use
+  EXPECT_LT(rt.floor_bytes(), 20 * MiB);  // y waits
   EXPECT_EQ(rt.stats().floor_bytes, rt.floor_bytes());
   rig.alloc.deallocate(grad);
   rt.untrack(tx);
