@@ -30,7 +30,13 @@ void memory_runtime::access_locked(managed_tensor& t, lock_type& lock) {
                 candidates_.bytes() - (t.in_candidates ? t.bytes : 0));
   if (replaying_locked()) return;  // Note [Replays are not recorded]
   if (t.step == recorder_.steps_completed()) recorder_.on_access(t.ordinal, t.last_access_ns);
+  // What this event sets off (a planned eviction, when this step's events do
+  // not line up with the plan's) must not take t: its caller is about to use
+  // it and holds no reference to it yet.
+  const bool candidate = t.in_candidates;
+  if (candidate) candidates_.remove(t);
   after_event_locked(true);
+  if (candidate) make_candidate(t);
 }
 
 bool memory_runtime::replaying_locked() const {
