@@ -22,8 +22,14 @@ std::optional<eviction_choice> dtr_policy::choose(const policy_context& ctx) {
       if (ctx.candidates.at(i).recomputable()) v = &ctx.candidates.at(i);
     }
   }
+  if (v != nullptr) return eviction_choice{v, eviction_action::drop};
+  // Nothing can be recomputed: the stalest candidate is swapped.
+  for (std::size_t i = 0; i < ctx.candidates.size(); ++i) {
+    managed_tensor& t = ctx.candidates.at(i);
+    if (v == nullptr || t.last_access_ns < v->last_access_ns) v = &t;
+  }
   if (v == nullptr) return std::nullopt;
-  return eviction_choice{v, eviction_action::drop};
+  return eviction_choice{v, eviction_action::swap};
 }
 
 }  // namespace tp

@@ -5,8 +5,10 @@
 //     h(t) = (cost(t) + cost of t's evicted neighbourhood) / (bytes(t) x staleness(t))
 // where the neighbourhood is priced by equivalence classes (Note [Evicted
 // neighbourhood] in lineage.hpp) and staleness is the time since t's last
-// use. It is always a drop: a tensor that cannot be recomputed is never
-// chosen, and when no candidate can be recomputed DTR has nothing to evict.
+// use. It is a drop whenever a candidate can be recomputed. When none can
+// (storages lent by the program, Note [Lent storages], are never
+// recomputable; nor is a tensor with no segment to replay) the stalest
+// candidate is swapped, where DTR's own simulator would run out of memory.
 // Candidates are sampled (k, Note [Cheap victim choice]); when the sample
 // holds no recomputable tensor the candidates are scanned for one, which
 // happens only when nearly none is recomputable.

@@ -163,7 +163,7 @@ TEST(HybridPolicy, FallbackSwapsWhatHidesAndDropsWhatIsCheaperToRecompute) {
 // Note [Evicted neighbourhood]: DTR prices a drop by the evicted tensors its
 // replay would also need, so of two equal tensors it drops the one whose
 // neighbours are all resident.
-TEST(DtrPolicy, PricesTheEvictedNeighbourhoodAndOnlyDrops) {
+TEST(DtrPolicy, PricesTheEvictedNeighbourhoodAndDropsWhileItCan) {
   scripted s;
   managed_tensor& a = s.add(1000, 0, 100);
   managed_tensor& b = s.add(1000, 0, 100);
@@ -190,9 +190,16 @@ TEST(DtrPolicy, PricesTheEvictedNeighbourhoodAndOnlyDrops) {
   }
   EXPECT_EQ(p.choose(ctx)->victim, &a);
   s.set.remove(a);
-  managed_tensor& swap_only = s.add(1000, 0, 0);
-  EXPECT_FALSE(p.choose(ctx).has_value()) << "DTR recomputes only: nothing to evict";
-  (void)swap_only;
+  // Nothing recomputable left (a lent parameter, say): the stalest is swapped.
+  managed_tensor& fresh = s.add(1000, 50, 0);
+  managed_tensor& stale = s.add(1000, 10, 0);
+  const auto last = p.choose(ctx);
+  ASSERT_TRUE(last);
+  EXPECT_EQ(last->victim, &stale);
+  EXPECT_EQ(last->action, eviction_action::swap);
+  s.set.remove(stale);
+  s.set.remove(fresh);
+  EXPECT_FALSE(p.choose(ctx).has_value()) << "no candidate";
 }
 
 TEST(EvictionPolicy, ParsesNamesAndRejectsUnknownOnes) {
