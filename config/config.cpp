@@ -55,9 +55,10 @@ constexpr std::array<config_key_info, 14> key_table = {{
      "manage:activations) or of the device's memory (0.9device), or none",
      "none", "Cap on device memory reserved by tensorpager; beyond it the cache is freed, the runtime evicts "
      "under manage:activations, and an allocation that still does not fit raises out-of-memory."},
-    {"manage", "choice", "activations, none", "none",
+    {"manage", "choice", "activations, all, none", "none",
      "activations: once torch is imported, every tensor autograd saves is managed under the "
-     "budget (swapped or recomputed) as inside tp.budget, with no code change."},
+     "budget (swapped or recomputed), with no code change; all: also the parameters, gradients and "
+     "optimizer state a backward no longer needs, swapped out until it ends, as inside tp.budget."},
     {"host_budget", "size", "a size > 0, or none", "none",
      "Cap on the pinned host pool that holds swapped-out tensors; none means what the OS allows."},
     {"host_fallback", "choice", "error, pageable", "error",
@@ -118,9 +119,10 @@ constexpr std::array<choice<bool>, 2> bool_choices = {{
     {"True", true},
     {"False", false},
 }};
-constexpr std::array<choice<manage_kind>, 2> manage_choices = {{
+constexpr std::array<choice<manage_kind>, 3> manage_choices = {{
     {"none", manage_kind::none},
     {"activations", manage_kind::activations},
+    {"all", manage_kind::all},
 }};
 constexpr std::array<choice<device_kind>, 2> device_choices = {{
     {"cuda", device_kind::cuda},

@@ -58,7 +58,7 @@ enum class host_fallback_mode { error, pageable };
 /// or every activation autograd saves, as if the whole process ran inside
 /// tp.budget (Note [Managed process] in python/tensorpager/_managed.py).
 /// The C++ library only carries the value; the Python package acts on it.
-enum class manage_kind { none, activations };
+enum class manage_kind { none, activations, all };
 
 /// Which adapter the hooks install: the c10 CUDA allocator, or the CPU
 /// allocator over a simulated device (tests, CI without a GPU).

@@ -1,4 +1,4 @@
-"""Trains a torchvision ResNet-18 on random data under 0.9 of its first
+"""Trains a torchvision ResNet-18 on random data under half of its first
 step's peak memory, and prints what the runtime did.
 
     python examples/train_under_budget.py [--steps 3] [--batch 32] [--policy lru]
@@ -22,7 +22,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--ratio", type=float, default=0.9)
+    ap.add_argument("--ratio", type=float, default=0.5)
     ap.add_argument("--size", type=int, default=128, help="image height and width")
     ap.add_argument("--policy", default=None, choices=["lru", "dtr", "capuchin", "hybrid"],
                     help="default: the configuration's policy key (hybrid)")
@@ -33,7 +33,7 @@ def main() -> None:
     tp.install(device=device)
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=10).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(args.batch, 3, args.size, args.size, device=device)
     y = torch.randint(0, 10, (args.batch,), device=device)
     with tp.budget(args.ratio, policy=args.policy, timeline=args.timeline):
@@ -47,7 +47,7 @@ def main() -> None:
                   f"peak reserved {s['reserved_bytes.all.peak']}")
     s = tp.stats()
     for key in ("offloaded_bytes", "prefetched_bytes", "offloads", "drops", "recomputes", "stalls",
-                "stall_ns", "policy_ns", "shared_skips"):
+                "stall_ns", "policy_ns", "shared_skips", "floor_bytes"):
         print(f"tensorpager.runtime.{key} = {s['tensorpager.runtime.' + key]}")
 
 

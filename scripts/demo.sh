@@ -8,7 +8,7 @@
 #     PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager,budget:...": on CUDA when a
 #     GPU is present, otherwise on the CPU adapter. Then once more under a
 #     budget too small for it, which ends in torch.OutOfMemoryError;
-#  3. trains a torchvision ResNet-18 inside tp.budget(0.9): the runtime swaps
+#  3. trains a torchvision ResNet-18 inside tp.budget(0.5): the runtime swaps
 #     and recomputes activations, and the memory timeline is written to
 #     demo-out/budget_timeline.html.
 # Environment: DEMO_BUDGET / DEMO_SMALL_BUDGET override the two budgets.
@@ -43,7 +43,7 @@ if (cd /tmp && PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager,budget:$small" \
       "$OLDPWD/.venv/bin/python" "$OLDPWD/examples/train_small_cnn.py" --steps 1 2>&1 | tail -3); then :; fi
 
 echo
-echo "=== 3. tp.budget: a torchvision ResNet-18 under 0.9 of its first step's peak, with a timeline ==="
+echo "=== 3. tp.budget: a torchvision ResNet-18 under half of its first step's peak, with a timeline ==="
 mkdir -p demo-out
 if .venv/bin/python -c "import torchvision" 2>/dev/null; then
   .venv/bin/python examples/train_under_budget.py --steps 3 --timeline demo-out/budget_timeline.html

@@ -46,31 +46,56 @@ std::shared_ptr<memory_runtime> budget_session::runtime() const {
 
 bool budget_session::closed() const { return runtime() == nullptr; }
 
-std::shared_ptr<saved_storage> budget_session::adopt(const at::Tensor& t, bool* fresh) {
-  if (fresh != nullptr) *fresh = false;
-  if (!t.defined() || !t.has_storage() || t.is_sparse() || t.is_nested()) return nullptr;
+bool budget_session::manageable(const at::Tensor& t) const {
+  if (!t.defined() || !t.has_storage() || t.is_sparse() || t.is_nested()) return false;
   const c10::Storage& storage = t.storage();
   c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
-  if (impl == nullptr || storage.nbytes() == 0 || impl->data_ptr().get() == nullptr) return nullptr;
-  if (impl->data_ptr().get_deleter() != allocator_.raw_deleter()) return nullptr;  // not ours
+  if (impl == nullptr || storage.nbytes() == 0 || impl->data_ptr().get() == nullptr) return false;
+  if (impl->data_ptr().get_deleter() != allocator_.raw_deleter()) return false;  // not ours
   // One runtime per device: a tensor on another device is not this session's.
   const c10::Device device = res_.host_synchronous
                                  ? c10::Device(c10::DeviceType::CPU)
                                  : c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(res_.device_index));
-  if (storage.device() != device) return nullptr;
+  return storage.device() == device;
+}
 
+std::shared_ptr<saved_storage> budget_session::adopt(const at::Tensor& t, bool* fresh) {
+  if (fresh != nullptr) *fresh = false;
+  if (!manageable(t)) return nullptr;
+  c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
   std::unique_lock lock(mu_);
   if (!runtime_) return nullptr;
   if (auto it = by_storage_.find(impl); it != by_storage_.end()) {
-    if (auto existing = it->second.lock()) return existing;
+    if (auto existing = it->second.lock()) {
+      // A lent storage stays the program's: saving it keeps it as it is.
+      return existing->lent() ? nullptr : existing;
+    }
   }
-  auto s = std::make_shared<saved_storage>(shared_from_this(), storage, allocator_);
+  auto s = std::make_shared<saved_storage>(shared_from_this(), t.storage(), allocator_);
   by_storage_[impl] = s;
   const auto rt = runtime_;
   lock.unlock();
   // Tracking may evict (proactive offload) and so call other bindings: no lock.
   s->set_id(rt->track(*s, s->nbytes(), res_.compute, /*recompute_cost_ns=*/0));
   if (fresh != nullptr) *fresh = true;
+  return s;
+}
+
+std::shared_ptr<saved_storage> budget_session::lend(const at::Tensor& t) {
+  // Only the program's tensor may use the storage, all of it: another tensor
+  // over it (a gradient autograd stole while it flows on, a view, a
+  // flattened parameter's siblings) would read released bytes.
+  if (!manageable(t) || t.is_view() || t.storage_offset() != 0) return nullptr;
+  if (t.storage().use_count() != 1 || t.storage().nbytes() != static_cast<std::size_t>(t.numel()) * t.itemsize()) return nullptr;
+  c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+  std::unique_lock lock(mu_);
+  if (!runtime_) return nullptr;
+  if (auto it = by_storage_.find(impl); it != by_storage_.end() && !it->second.expired()) return nullptr;
+  auto s = std::make_shared<saved_storage>(shared_from_this(), t, allocator_, saved_storage::lent_tag{});
+  by_storage_[impl] = s;
+  const auto rt = runtime_;
+  lock.unlock();
+  s->set_id(rt->track(*s, s->nbytes(), res_.compute, /*recompute_cost_ns=*/0));
   return s;
 }
 

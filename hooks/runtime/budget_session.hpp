@@ -57,6 +57,11 @@ class budget_session : public std::enable_shared_from_this<budget_session> {
   /// allocated by tensorpager on this device, empty) or the session is
   /// closed. `fresh` says whether this call started managing it.
   std::shared_ptr<saved_storage> adopt(const at::Tensor& t, bool* fresh = nullptr);
+  /// t's storage, which the program holds (a parameter, a gradient), under
+  /// management and evictable until the returned handle dies (Note [Lent
+  /// storages] in saved_storage.hpp); nullptr when t is not manageable or
+  /// its storage is managed already.
+  std::shared_ptr<saved_storage> lend(const at::Tensor& t);
 
   /// Step boundary (memory_runtime::step).
   void step();
@@ -77,6 +82,8 @@ class budget_session : public std::enable_shared_from_this<budget_session> {
 
  private:
   budget_session(runtime_resources res, c10::Allocator& allocator, options opts);
+  /// Whether t's storage is one this session can manage (adopt's checks).
+  bool manageable(const at::Tensor& t) const;
 
   runtime_resources res_;
   c10::Allocator& allocator_;

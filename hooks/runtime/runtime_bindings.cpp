@@ -40,6 +40,18 @@ struct py_saved_tensor {
   }
 };
 
+/// A storage the program lends to the runtime (Note [Lent storages] in
+/// saved_storage.hpp); give_back() restores it and ends the loan.
+struct py_lent_storage {
+  std::shared_ptr<saved_storage> storage;
+
+  void give_back() {
+    if (!storage) return;
+    with_c10_errors([&] { storage->make_resident(); });
+    storage.reset();  // untracked: the program's alone again
+  }
+};
+
 /// A Python callable that may be released on a thread without the GIL (a
 /// saved storage dies wherever autograd frees its graph).
 class gil_safe_callable {
@@ -114,6 +126,27 @@ void register_runtime(py::module_& m) {
       .def_property_readonly("recomputable", [](const py_saved_tensor& s) { return s.storage().recomputable(); })
       .def_property_readonly("can_recompute", [](const py_saved_tensor& s) { return s.storage().can_recompute(); });
 
+  py::class_<py_lent_storage, std::shared_ptr<py_lent_storage>>(
+      m, "LentStorage", "A storage the program holds, lent to the budget runtime (Note [Lent storages]).")
+      .def("give_back", &py_lent_storage::give_back,
+           "Makes the storage resident and ends the loan; idempotent. Raises torch.OutOfMemoryError when it "
+           "cannot be brought back (the loan then stands).")
+      .def_property_readonly("lent", [](const py_lent_storage& l) { return l.storage != nullptr; })
+      .def_property_readonly("state", [](const py_lent_storage& l) {
+        return std::string(l.storage ? l.storage->state() : "unmanaged");
+      });
+  m.def(
+      "lend",
+      [](const at::Tensor& t) -> std::shared_ptr<py_lent_storage> {
+        const auto s = active_session();
+        if (!s) return nullptr;
+        auto storage = with_c10_errors([&] { return s->lend(t); });
+        if (!storage) return nullptr;
+        return std::make_shared<py_lent_storage>(py_lent_storage{std::move(storage)});
+      },
+      py::arg("tensor"),
+      "t's storage lent to the active budget's runtime, evictable until give_back() (Note [Lent storages]); "
+      "None when there is no budget, t is not manageable, or its storage is managed already.");
   m.def(
       "budget_begin",
       [](std::optional<std::size_t> bytes, std::optional<double> ratio, std::optional<std::string> policy,

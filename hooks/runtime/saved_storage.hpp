@@ -32,6 +32,22 @@
 // can_recompute() is false once the counter has moved on, and the runtime
 // swaps the storage (or keeps it) instead of dropping it. A storage is only
 // ever rebuilt by a replay that reproduces its current version.
+//
+// Note [Lent storages]
+// A backward's peak is often where activations cannot help: ResNet's stem
+// holds its activation gradients and BatchNorm operands while every layer's
+// weights and gradients sit on the device, unused until the optimizer step.
+// So the program lends those storages during backward (the protocol is
+// Python's: Note [Lending parameters and gradients] in
+// python/tensorpager/_lend.py): a lent storage is managed like a saved one,
+// but the program still holds it, so can_release() is true whatever its
+// use_count. That breaks the rule above that nobody sees released storage;
+// the lender keeps it instead by lending only what the backward will not
+// read again and by giving everything back (restored, untracked) before any
+// other code may read it. A tensor whose storage is released has no data:
+// torch refuses to read it ("its data is not allocated yet"), so a reader
+// the protocol missed gets an error, never stale bytes. A lent storage is
+// never recomputed; it is swapped.
 
 #include <cstddef>
 #include <cstdint>
@@ -59,6 +75,10 @@ class saved_storage final : public storage_binding {
  public:
   /// Use budget_session::adopt(). Requires: storage was allocated by allocator.
   saved_storage(std::shared_ptr<budget_session> session, c10::Storage storage, c10::Allocator& allocator);
+  /// Use budget_session::lend(): Note [Lent storages].
+  struct lent_tag {};
+  saved_storage(std::shared_ptr<budget_session> session, const at::Tensor& program, c10::Allocator& allocator,
+                lent_tag);
   ~saved_storage() override;
   saved_storage(const saved_storage&) = delete;
   saved_storage& operator=(const saved_storage&) = delete;
@@ -93,6 +113,8 @@ class saved_storage final : public storage_binding {
   /// default saved_version, of a tensor with no counter, is never stale).
   void set_recompute(std::function<at::Tensor()> fn, std::int64_t cost_ns, saved_version reproduces = {});
   bool recomputable() const { return static_cast<bool>(recompute_); }
+  /// Held by the program as well (Note [Lent storages]).
+  bool lent() const { return lent_; }
   /// "resident", "offloading", "on_host", "prefetching", "dropped", or
   /// "unmanaged" once its session has ended ("lost" when it ended without
   /// the bytes).
@@ -106,6 +128,13 @@ class saved_storage final : public storage_binding {
   std::function<at::Tensor()> recompute_;
   std::string lost_;  // why the bytes are gone, once lose() was called
   saved_version reproduces_;  // Note [Recompute reproduces one version]
+  // Note [Lent storages]: the program's tensor and the storage that stands
+  // in for its own while the bytes are away.
+  bool lent_ = false;
+  c10::intrusive_ptr<c10::TensorImpl> program_;
+  c10::Storage stand_in_;
+  /// Points the program's tensor at `to` when it refers to `from`.
+  void redirect(const c10::Storage& from, const c10::Storage& to) noexcept;
 };
 
 }  // namespace tp::hooks

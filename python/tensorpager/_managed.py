@@ -76,8 +76,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-#: The value of the ``manage`` key that turns the runtime on process-wide.
+#: The values of the ``manage`` key that turn the runtime on process-wide:
+#: ``all`` lends parameters, gradients and optimizer state during backward as
+#: well (Note [Lending parameters and gradients] in _lend.py).
 MANAGE_ACTIVATIONS = "activations"
+MANAGE_ALL = "all"
 
 
 class ManagedProcessError(RuntimeError):
@@ -135,13 +138,13 @@ def start_if_configured(ext: Any) -> None:
         return
     values = dict(_keys.DEFAULTS)
     values.update(_conf.parse_to_dict(ext.config()))
-    if values["manage"] != MANAGE_ACTIVATIONS:
+    if values["manage"] not in (MANAGE_ACTIVATIONS, MANAGE_ALL):
         return
     if _runtime.active() is not None:
         raise ManagedProcessError("tensorpager: manage:activations while a tp.budget block is active;"
                                   " install before the block, or without manage")
     size = budget_argument(values["budget"], ext)
-    block = process_budget(size, policy=values["policy"])
+    block = process_budget(size, policy=values["policy"], lend=values["manage"] == MANAGE_ALL)
     block.__enter__()
     _process = block
     _started_in = os.getpid()

@@ -79,6 +79,8 @@ class Segment:
             count[0] += 1
             return None
 
+        if tracker.lender is not None:
+            tracker.lender.give_back_params(self.module)  # the forward reads them
         tracker.suspended += 1
         held: list = []  # buffers to put back (_swap_buffers)
         try:

@@ -81,7 +81,7 @@ import time
 import weakref
 from functools import partial
 
-from tensorpager import _budget_value, _install, _replay
+from tensorpager import _budget_value, _install, _lend, _replay
 from tensorpager import timeline as _timeline
 
 TYPE_CHECKING = False
@@ -114,8 +114,11 @@ def _ext() -> Any:
 class _Tracker:
     """The saved-tensor hooks and module hooks of one budget block."""
 
-    def __init__(self, ext: Any, segment_depth: int, recompute: bool, follow_training_thread: bool = False) -> None:
+    def __init__(self, ext: Any, segment_depth: int, recompute: bool, follow_training_thread: bool = False,
+                 lend: bool = True) -> None:
         self.ext = ext
+        # Note [Lending parameters and gradients] in _lend.py.
+        self.lender: _lend.Lender | None = _lend.Lender(ext) if lend else None
         self.segment_depth = segment_depth
         self.recompute = recompute
         # The budget covers the thread that entered it (and autograd's threads
@@ -150,7 +153,8 @@ class _Tracker:
             index = seg.packs
             seg.packs += 1
         if (t.is_leaf and t.requires_grad) or (t._base is not None and t._base.is_leaf and t._base.requires_grad):
-            return self.ext.pack(t, False)  # a parameter, or a view of one: never evicted
+            h = self.ext.pack(t, False)  # a parameter, or a view of one: kept, and lent in backward
+            return h if self.lender is None else self.lender.saved(h, t)
         h = self.ext.pack(t)
         if not h.managed:
             return h
@@ -167,6 +171,10 @@ class _Tracker:
         if _compiling() or not hasattr(x, "unpack"):
             return x  # a tensor a compiled graph saved itself (Note [torch.compile])
         self.unpacked = True
+        if self.lender is not None:
+            if type(x) is _lend.SavedParameter:
+                return self.lender.unpack_parameter(x)
+            self.lender.boundary()
         return x.unpack()
 
     # --- module hooks ------------------------------------------------------------------
@@ -193,6 +201,8 @@ class _Tracker:
         if not torch.is_grad_enabled():
             return
         self.trained = True
+        if depth == 0 and self.lender is not None and (self.lender.lent or self.lender.in_backward):
+            self.lender.give_back_all()  # a backward that raised: its callback never ran
         if depth == 0 and self.unpacked:
             self.step()
         if self.recompute and depth == self.segment_depth:
@@ -381,6 +391,9 @@ class budget:
             previous step's access sequence.
         recompute: allow dropping and recomputing activations (Note
             [Segments]); False: swap only.
+        lend: let the runtime swap parameters and gradients out while a
+            backward no longer needs them (Note [Lending parameters and
+            gradients] in ``_lend.py``); False: they stay on the device.
         segment_depth: the module depth of recompute segments (>= 1).
 
     tensorpager is installed first if it is not (``tp.install()``, which picks
@@ -398,7 +411,7 @@ class budget:
 
     def __init__(self, size: int | float | str | None = None, *, policy: str | None = None,
                  timeline: str | None = None, prefetch: bool = True, recompute: bool = True,
-                 segment_depth: int = 1) -> None:
+                 segment_depth: int = 1, lend: bool = True) -> None:
         # Hostile values and bad paths fail here, not at exit (Note [Budget spellings]).
         checked = _budget_value.check_block_arguments(size, timeline)
         self.bytes: int | None = None
@@ -419,6 +432,7 @@ class budget:
         self.prefetch = prefetch
         self.recompute = recompute
         self.segment_depth = segment_depth
+        self.lend = lend
         self._previous: int | None = None
         self._handles: list[Any] = []
         self._hooks: Any = None
@@ -445,7 +459,8 @@ class budget:
         try:
             if self.timeline is not None:
                 _timeline.start_timeline()
-            self._tracker = tr = _Tracker(ext, self.segment_depth, self.recompute, self._follows_training_thread)
+            self._tracker = tr = _Tracker(ext, self.segment_depth, self.recompute, self._follows_training_thread,
+                                          self.lend)
             self._handles = [
                 nn_module.register_module_forward_pre_hook(tr.pre_forward),
                 nn_module.register_module_forward_hook(tr.post_forward, with_kwargs=True, always_call=True),
@@ -469,6 +484,12 @@ class budget:
         _active = None
         ext = _install.load_ext()
         tracker = self._tracker
+        lend_error: Exception | None = None
+        if tracker is not None and tracker.lender is not None:
+            try:
+                tracker.lender.close()  # ending the session restores what this could not
+            except Exception as e:
+                lend_error = e
         if tracker is not None and tracker.unpacked:
             ext.timeline_step(tracker.steps)  # the last iteration's end (Note [One step per iteration])
         if self.timeline is not None:
@@ -483,6 +504,9 @@ class budget:
             if exc_type is None:
                 raise
         finally:
+            if lend_error is not None and exc_type is None:
+                warnings.warn(f"tensorpager.budget: a lent storage came back only as the session ended: {lend_error}",
+                              RuntimeWarning, stacklevel=2)
             if self.timeline is not None:
                 if exc_type is None:
                     _timeline.dump_timeline(self.timeline)

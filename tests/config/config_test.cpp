@@ -155,16 +155,17 @@ TEST(Config, ParsesEveryKey) {
   EXPECT_EQ(c.manage, tp::manage_kind::activations);
 }
 
-TEST(Config, ManageAcceptsActivationsOrNoneAndNamesTheChoicesOtherwise) {
+TEST(Config, ManageAcceptsActivationsAllOrNoneAndNamesTheChoicesOtherwise) {
   EXPECT_EQ(tp::parse_config("manage:none", "x").manage, tp::manage_kind::none);
   EXPECT_EQ(tp::parse_config("manage:activations,budget:0.5", "x").manage, tp::manage_kind::activations);
-  for (const char* bad : {"manage:all", "manage:", "manage:true"}) {
+  EXPECT_EQ(tp::parse_config("manage:all,budget:0.5", "x").manage, tp::manage_kind::all);
+  for (const char* bad : {"manage:everything", "manage:", "manage:true"}) {
     try {
       (void)tp::parse_config(bad, "PYTORCH_CUDA_ALLOC_CONF");
       ADD_FAILURE() << bad << " was accepted";
     } catch (const tp::config_error& e) {
       EXPECT_THAT(e.what(), HasSubstr("PYTORCH_CUDA_ALLOC_CONF")) << bad;
-      EXPECT_THAT(e.what(), HasSubstr("activations, none")) << bad;
+      EXPECT_THAT(e.what(), HasSubstr("activations, all, none")) << bad;
     }
   }
   EXPECT_THAT(tp::to_string(tp::parse_config("manage:activations", "x")), HasSubstr("manage:activations"));

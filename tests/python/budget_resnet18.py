@@ -1,7 +1,8 @@
 """A torchvision ResNet-18 (batch 32, 160x160, plain SGD) trained on the CPU
 adapter unmanaged, then under tp.budget(RATIO) with each POLICY; run in a
 child process by test_budget_resnet18.py: ``python budget_resnet18.py
-[host=SIZE] [batch=N] [size=N] RATIO:POLICY...``. Prints one JSON line per run: whether losses, weights and
+[host=SIZE] [batch=N] [size=N] RATIO:POLICY[:nolend]...`` (nolend:
+``tp.budget(lend=False)``). Prints one JSON line per run: whether losses, weights and
 BatchNorm buffers are bit-identical to the unmanaged run, what the runtime
 did, and, for a budget refused at the first step boundary (Note [Budget
 floor]), the step at which it was refused and the message."""
@@ -18,7 +19,7 @@ STEPS = 3
 BATCH, SIZE = 32, 160
 
 
-def train(ratio: float | None, policy: str | None) -> dict:
+def train(ratio: float | None, policy: str | None, lend: bool = True) -> dict:
     import tensorpager as tp
 
     torch.manual_seed(0)
@@ -26,7 +27,7 @@ def train(ratio: float | None, policy: str | None) -> dict:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     torch.manual_seed(1)
     x, y = torch.randn(BATCH, 3, SIZE, SIZE), torch.randint(0, 10, (BATCH,))
-    scope = tp.budget(ratio, policy=policy) if ratio is not None else None
+    scope = tp.budget(ratio, policy=policy, lend=lend) if ratio is not None else None
     if scope is not None:
         scope.__enter__()
     losses, budget, peak = [], None, 0
@@ -36,7 +37,7 @@ def train(ratio: float | None, policy: str | None) -> dict:
                 try:
                     tp.step()  # the first boundary: a ratio becomes bytes, or is refused
                 except torch.OutOfMemoryError as e:
-                    return {"policy": policy, "ratio": ratio, "refused_at_step": i, "message": str(e)}
+                    return {"policy": policy, "ratio": ratio, "lend": lend, "refused_at_step": i, "message": str(e)}
                 tp.reset_peak_stats()
             opt.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -51,7 +52,7 @@ def train(ratio: float | None, policy: str | None) -> dict:
         if scope is not None:
             scope.__exit__(None, None, None)
     stats = tp.stats()
-    return {"policy": policy, "ratio": ratio, "losses": losses, "budget": budget, "peak_after_first": peak,
+    return {"policy": policy, "ratio": ratio, "lend": lend, "losses": losses, "budget": budget, "peak_after_first": peak,
             # numpy copies: outside the capped allocator, so the reference
             # weights do not count against the next run's budget.
             "floor": floor, "state": {k: v.numpy().copy() for k, v in model.state_dict().items()},
@@ -70,8 +71,8 @@ def main() -> None:
     ref = train(None, None)
     print(json.dumps({"policy": None, "losses": ref["losses"]}), flush=True)
     for run in (a for a in sys.argv[1:] if "=" not in a):
-        ratio, policy = run.split(":")
-        r = train(float(ratio), policy)
+        ratio, policy, *rest = run.split(":")
+        r = train(float(ratio), policy, lend=rest != ["nolend"])
         state = r.pop("state", None)
         if state is not None:
             same = {k: v.tobytes() == state[k].tobytes() for k, v in ref["state"].items()}

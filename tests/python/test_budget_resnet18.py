@@ -1,22 +1,28 @@
 """Issue 14 on a real model: a torchvision ResNet-18 (batch 32, 160x160, plain
-SGD) trains on the CPU adapter under tp.budget with every policy, losses,
+SGD) trains on the CPU adapter under tp.budget(0.55) with every policy, losses,
 weights and BatchNorm statistics bit-identical to the unmanaged run; budgets
 below what the model cannot give back are refused at the first step
 boundary, with the figures (Note [Budget floor] in hooks/runtime).
 
-CI trains one policy (about 11 ResNet-18 steps in one child process, a few
-minutes on two cores); the other three are marked slow (-m slow, or TP_SLOW=1
+CI trains one policy (about 11 ResNet-18 steps in one child process, a
+minute on two cores); the other three are marked slow (-m slow, or TP_SLOW=1
 for a nightly run). The size is the issue's smallest (batch 32, 160x160):
 ratios do not depend on it, since activations, and the operands of the layer
 that sets the floor, grow together with batch and image size.
 
-Why 0.75 and not 0.5: a ratio is of the first step's measured peak, 434 MiB
-reserved with expandable segments (574 MiB with plain ones, which left 0.9
-as the lowest ratio that trained). At the stem's BatchNorm backward the
-step holds, whatever is evicted, the weights and gradients (~90 MiB), the
-activation gradient coming in and the one going out, and the BatchNorm's
-input (50 MiB each): 295 MiB, 0.68 of the peak. So 0.5 and 0.3 cannot work
-with a runtime that moves saved activations only, and are refused at once.
+Why 0.55, and why 0.3 cannot work: a ratio is of the first step's measured
+peak, 434 MiB reserved with expandable segments. At the stem's BatchNorm
+backward the step holds the activation gradient coming in and the one going
+out, the BatchNorm's input (50 MiB each), its temporaries (40 MiB) and the
+input batch (9 MiB, the program's): 200 MiB, 0.46 of the peak, whatever is
+evicted. The weights and gradients of the other layers (85 MiB) sit there
+too unless they are lent to the runtime (Note [Lending parameters and
+gradients] in tensorpager/_lend.py): without lending the floor is 285 MiB
+(0.66). At 0.5 (217 MiB) the margin over the floor is 17 MiB, and the
+reserve holds 10 to 20 MiB free in partly used granules at that moment: most
+runs train, some end out of memory at the stem's 50 MiB gradient (in about
+one run in five, by which tensors the timing-driven policies moved), so CI
+tests 0.55. 0.3 would need the stem's operators split.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from conftest import requires_ext, run_python
 HERE = os.path.dirname(os.path.abspath(__file__))
 POLICIES = ("lru", "dtr", "capuchin", "hybrid")
 CI_POLICY = "hybrid"  # CI trains one policy; -m slow (nightly) the others
-WORKS, REFUSED = 0.75, (0.5, 0.3)
+WORKS, BELOW_THE_STEM = 0.55, 0.3
 
 
 def _run(args: list[str]) -> list[dict]:
@@ -43,7 +49,7 @@ def _run(args: list[str]) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def ci_runs() -> list[dict]:
-    return _run([f"{WORKS}:{CI_POLICY}"] + [f"{r}:lru" for r in REFUSED])
+    return _run([f"{WORKS}:{CI_POLICY}", f"{BELOW_THE_STEM}:lru", f"{WORKS}:lru:nolend"])
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +62,7 @@ def slow_runs() -> list[dict]:
                                                   for p in POLICIES if p != CI_POLICY])
 def test_resnet18_trains_bit_identical_under_a_budget(request: pytest.FixtureRequest, policy: str) -> None:
     runs: list[dict] = request.getfixturevalue("ci_runs" if policy == CI_POLICY else "slow_runs")
-    r = next(x for x in runs if x["policy"] == policy and x.get("ratio") == WORKS)
+    r = next(x for x in runs if x["policy"] == policy and x.get("ratio") == WORKS and x.get("lend"))
     assert "message" not in r, r.get("message")
     assert r["losses_identical"], (r["losses"], runs[0]["losses"])
     assert r["weights_identical"] and r["batchnorm_identical"]
@@ -65,15 +71,24 @@ def test_resnet18_trains_bit_identical_under_a_budget(request: pytest.FixtureReq
     assert rt["offloads"] + rt["drops"] > 0
 
 
-@requires_ext
-@pytest.mark.parametrize("ratio", REFUSED)
-def test_resnet18_below_what_cannot_be_evicted_is_refused_at_once(ci_runs: list[dict], ratio: float) -> None:
-    r = next(x for x in ci_runs if x.get("ratio") == ratio)
+def _refusal(r: dict) -> float:
+    """The smallest workable ratio that a refusal at the first boundary names."""
     assert r.get("refused_at_step") == 1, r  # at the first boundary, before any budgeted work
     msg = r["message"]
     assert "stay reserved between steps" in msg and "The smallest budget that could work is at least" in msg, msg
-    smallest = float(msg.split("(ratio ")[-1].split(" ")[0])
-    assert ratio < smallest < WORKS, msg
+    return float(msg.split("(ratio ")[-1].split(" ")[0])
+
+
+@requires_ext
+def test_resnet18_below_the_stem_is_refused_at_once(ci_runs: list[dict]) -> None:
+    r = next(x for x in ci_runs if x.get("ratio") == BELOW_THE_STEM)
+    assert BELOW_THE_STEM < _refusal(r) < WORKS, r["message"]
+
+
+@requires_ext
+def test_resnet18_needs_its_parameters_and_gradients_lent(ci_runs: list[dict]) -> None:
+    r = next(x for x in ci_runs if x.get("ratio") == WORKS and not x.get("lend"))
+    assert _refusal(r) > WORKS, r["message"]  # 85 MiB of weights and gradients stay put
 
 
 # Issue 17: a torchvision ResNet-18 with forced drops. With a host pool of

@@ -7,7 +7,8 @@ so two runs can be compared bit for bit, and, on CUDA, torch's own peak.
 
 Run it as a user would: ``PYTORCH_CUDA_ALLOC_CONF=... python zero_code_train.py``.
 ``ZERO_CODE_THREAD=1`` trains on a thread other than the one that imported torch;
-``ZERO_CODE_DDP=1`` wraps the model in DistributedDataParallel (one rank).
+``ZERO_CODE_DDP=1`` wraps the model in DistributedDataParallel (one rank);
+``ZERO_CODE_MODEL=resnet`` trains a torchvision ResNet-18 with plain SGD instead.
 """
 
 import os
@@ -17,6 +18,7 @@ from torch import nn
 
 STEPS = int(os.environ.get("ZERO_CODE_STEPS", "5"))
 VOCAB, D_MODEL, HEADS, LAYERS, SEQ, BATCH = 256, 64, 4, 4, 64, 32
+RESNET_BATCH, RESNET_SIZE = 16, 128
 
 
 class Decoder(nn.Module):
@@ -50,8 +52,28 @@ def data_parallel(model: nn.Module, device: str) -> nn.Module:
     return nn.parallel.DistributedDataParallel(model)
 
 
+def train_resnet(device: str) -> None:
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(1)
+    for step in range(STEPS):
+        x = torch.randn(RESNET_BATCH, 3, RESNET_SIZE, RESNET_SIZE, generator=g).to(device)
+        y = torch.randint(0, 10, (RESNET_BATCH,), generator=g).to(device)
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        print(f"loss {step} {loss.item().hex()}", flush=True)
+
+
 def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    if os.environ.get("ZERO_CODE_MODEL") == "resnet":
+        train_resnet(device)
+        return
     torch.manual_seed(0)
     model = Decoder().to(device)
     if os.environ.get("ZERO_CODE_DDP") == "1":  # one rank of DistributedDataParallel

@@ -1,0 +1,205 @@
+"""Lending parameters and gradients to the runtime while a backward runs.
+
+Note [Lending parameters and gradients]
+A backward's peak is often where no activation can help: a ResNet's stem
+holds its activation gradients and BatchNorm operands (150 MiB for a
+ResNet-18 at batch 32, 160x160) while every layer's weights and gradients
+(85 MiB more) sit on the device, unused until the optimizer step. So, under a
+budget, the program lends them to the runtime, which may swap them to host
+memory like saved activations (C++: Note [Lent storages] in
+hooks/runtime/saved_storage.hpp). The program still holds them, so the
+lender must see that nothing reads a lent storage:
+
+- A parameter and its gradient are lent once its AccumulateGrad has run (a
+  post-accumulate-grad hook; autograd runs it once per backward, after every
+  node that used the parameter), and only from the next node that unpacks a
+  saved tensor on (``torch._C._current_autograd_node()`` changes), so that
+  hooks which run with the accumulation (an optimizer in backward) see both
+  in place. The parameter also needs every copy of it that autograd saved
+  in this forward (counted at pack) to have been unpacked; a parameter with
+  no count (a second backward through a retained graph) stays.
+- Optimizer state (momentum, Adam's moments) is lent when the backward
+  starts: its reader is the optimizer's step, after the backward. The
+  lender learns the optimizers from a global step hook, so state is lent
+  from the second step on.
+- Everything lent is given back, restored and untracked, when the backward
+  ends (an engine callback), before the optimizer or the next forward can
+  read it; also, as a fallback for a backward that raised, at the next step
+  boundary and when the budget ends. A saved parameter that is unpacked
+  again (a second backward through a retained graph) and a parameter of a
+  segment that tensorpager replays are given back first.
+- Nothing is lent while ``torch.distributed`` is initialized (DDP's
+  collectives read gradients and buckets outside autograd's order), nor a
+  tensor that shares its storage with any other tensor at that moment (a
+  view, a flattened parameter, a gradient autograd stole while the same
+  tensor flows on to another node): the C++ side checks.
+
+What the protocol cannot see is a program that reads a lent parameter or
+gradient in a hook later in the backward, or a custom autograd Function that
+keeps a parameter on ``ctx`` instead of saving it. While its bytes are away
+such a read raises an error that says so (Note [Lent storages]), never a
+wrong value or a crash. ``tp.budget`` lends unless ``lend=False``; a managed
+process lends under ``manage:all``, not under ``manage:activations``.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+MIN_STATE_BYTES = 64 << 10  # optimizer state smaller than this stays put
+
+
+class SavedParameter:
+    """What the pack hook returns for a parameter (or a view of one)."""
+
+    __slots__ = ("handle", "param")
+
+    def __init__(self, handle: Any, param: Any) -> None:
+        self.handle = handle
+        self.param = param
+
+    def unpack(self) -> Any:
+        return self.handle.unpack()
+
+
+class Lender:
+    """Note [Lending parameters and gradients], for one budget block."""
+
+    def __init__(self, ext: Any) -> None:
+        self.ext = ext
+        self.packs: dict[int, list[Any]] = {}  # id(param) -> [param, copies saved and not yet unpacked]
+        self.lent: dict[int, tuple[Any, Any]] = {}  # id(tensor) -> (tensor, LentStorage)
+        self.unpacked: set[int] = set()  # ids of parameters whose saved copies were all unpacked
+        self.accumulated: list[Any] = []  # parameters whose gradient this backward has accumulated
+        self.node: Any = None  # the autograd node that unpacked last (held: its wrapper stays the same)
+        self.in_backward = False
+        self.hooks: dict[int, Any] = {}  # id(param) -> post-accumulate-grad hook handle
+        self.distributed: bool | None = None
+        self.optimizers: weakref.WeakSet[Any] = weakref.WeakSet()  # those that stepped under this budget
+        import torch.optim.optimizer as optim
+
+        self.optimizer_hook = optim.register_optimizer_step_post_hook(self._stepped)
+
+    # --- the saved-tensor hooks' side ----------------------------------------------------
+    def saved(self, handle: Any, t: Any) -> SavedParameter:
+        """Pack of a parameter or a view of one: counts the copy."""
+        p = t if t._base is None else t._base
+        entry = self.packs.get(id(p))
+        if entry is None:
+            self.packs[id(p)] = [p, 1]
+        else:
+            entry[1] += 1
+        if id(p) not in self.hooks:
+            self.hooks[id(p)] = p.register_post_accumulate_grad_hook(self._accumulated)
+        return SavedParameter(handle, p)
+
+    def unpack_parameter(self, x: SavedParameter) -> Any:
+        self.boundary()
+        p = x.param
+        loan = self.lent.pop(id(p), None)
+        if loan is not None:
+            loan[1].give_back()  # read again: a retained graph's second backward
+        entry = self.packs.get(id(p))
+        if entry is not None and self.in_backward:
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del self.packs[id(p)]
+                self.unpacked.add(id(p))
+        return x.handle.unpack()
+
+    def boundary(self) -> None:
+        """Called at every unpack: when a new node has started, what the
+        previous one finished with is lent."""
+        import torch
+
+        node = torch._C._current_autograd_node()
+        if node is None or node is self.node:
+            return  # not in a backward, or the same node's next saved tensor
+        if not self.in_backward:
+            self.in_backward = True
+            torch.autograd.Variable._execution_engine.queue_callback(self.give_back_all)
+            if not self._distributed():
+                self._lend_optimizer_state()
+        self.node = node
+        accumulated, self.accumulated = self.accumulated, []
+        if self._distributed():
+            return
+        for p in accumulated:
+            if id(p) in self.unpacked:
+                self._lend(p)
+            if p.grad is not None:
+                self._lend(p.grad)
+
+    def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.optimizers.add(optimizer)
+
+    def _lend_optimizer_state(self) -> None:
+        import torch
+
+        for opt in list(self.optimizers):
+            for state in opt.state.values():
+                for t in state.values():
+                    # Not the step counts and other scalars: nothing to gain.
+                    if isinstance(t, torch.Tensor) and t.numel() * t.element_size() >= MIN_STATE_BYTES:
+                        self._lend(t)
+
+    def _accumulated(self, p: Any) -> None:
+        if self.in_backward:
+            self.accumulated.append(p)
+
+    def _distributed(self) -> bool:
+        if self.distributed is None:
+            import torch.distributed as dist
+
+            self.distributed = dist.is_available() and dist.is_initialized()
+        return self.distributed
+
+    def _lend(self, t: Any) -> None:
+        if id(t) in self.lent:
+            return
+        loan = self.ext.lend(t)
+        if loan is not None:
+            self.lent[id(t)] = (t, loan)
+
+    # --- giving back -------------------------------------------------------------------
+    def give_back_params(self, module: Any) -> None:
+        """Before a replay of module's forward: its parameters, resident."""
+        for p in module.parameters():
+            loan = self.lent.pop(id(p), None)
+            if loan is not None:
+                loan[1].give_back()
+
+    def give_back_all(self) -> None:
+        """The backward has ended (or must be taken as ended): everything
+        lent comes back. A loan that cannot be brought back stays, for the
+        next call, and the first such error is raised."""
+        self.in_backward = False
+        self.node = None
+        self.unpacked.clear()
+        self.accumulated.clear()
+        self.packs.clear()
+        self.distributed = None
+        failed: BaseException | None = None
+        for key, (t, loan) in list(self.lent.items()):
+            try:
+                loan.give_back()
+                del self.lent[key]
+            except Exception as e:  # noqa: PERF203 - each loan is tried
+                failed = failed or e
+        if failed is not None:
+            raise failed
+
+    def close(self) -> None:
+        """The budget ends: everything given back, the hooks removed."""
+        try:
+            self.give_back_all()
+        finally:
+            self.optimizer_hook.remove()
+            for h in self.hooks.values():
+                h.remove()
+            self.hooks.clear()

@@ -1,0 +1,148 @@
+"""Parameters and gradients lent to the runtime during backward (Note [Lending
+parameters and gradients] in tensorpager/_lend.py; C++: Note [Lent storages]).
+
+Each test runs in a child process on the CPU adapter. The model has a stem
+of large activations (a convolution, BatchNorm and ReLU at 64x64) under a
+head of large weights, so its backward peaks in the stem while the head's
+weights and gradients wait for the optimizer: the shape of a ResNet's.
+"""
+
+from __future__ import annotations
+
+import json
+
+from conftest import requires_ext, run_python
+
+MODEL = """
+import json, torch
+from torch import nn
+import tensorpager as tp
+tp.install(device="cpu")
+
+def model():
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(8), nn.Flatten(),
+        nn.Linear(2048, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+
+torch.manual_seed(1)
+X, Y = torch.randn(8, 3, 64, 64), torch.randint(0, 10, (8,))
+
+def train(ratio=None, lend=True, steps=3, retain=False):
+    m = model()
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    scope = tp.budget(ratio, policy="lru", lend=lend) if ratio is not None else None
+    losses = []
+    if scope is not None:
+        scope.__enter__()
+    try:
+        for i in range(steps):
+            if i == 1 and scope is not None:
+                tp.step()
+                tp.reset_peak_stats()
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(m(X), Y)
+            loss.backward(retain_graph=retain)
+            if retain:
+                loss.backward()  # a second backward through the retained graph
+            opt.step()
+            losses.append(loss.item().hex())
+        stats = tp.stats()
+        stats["budget"] = tp.get_budget()
+    finally:
+        if scope is not None:
+            scope.__exit__(None, None, None)
+    state = {k: v.detach().clone() for k, v in m.state_dict().items()}
+    return losses, state, stats
+"""
+
+
+def _child(body: str) -> dict:
+    proc = run_python(MODEL + body, timeout=600)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@requires_ext
+def test_lending_trains_below_the_floor_of_what_stays_put_bit_identical() -> None:
+    r = _child("""
+ref_losses, ref_state, _ = train()
+losses, state, stats = train(0.7)
+out = {"losses": losses == ref_losses,
+       "state": all(torch.equal(state[k], ref_state[k]) for k in ref_state),
+       "within": stats["reserved_bytes.all.peak"] <= stats["budget"],
+       "offloaded": stats["tensorpager.runtime.offloaded_bytes"]}
+try:
+    train(0.7, lend=False)
+    out["without"] = "trained"
+except torch.OutOfMemoryError as e:
+    out["without"] = str(e)
+print(json.dumps(out))
+""")
+    assert r["losses"] and r["state"] and r["within"], r
+    assert r["offloaded"] > 0, r
+    # Without lending the head's weights and gradients stay on the device
+    # through the stem's backward: the budget is refused at the first step.
+    assert "The smallest budget that could work" in r["without"], r["without"]
+
+
+@requires_ext
+def test_a_second_backward_through_a_retained_graph_reads_its_parameters_again() -> None:
+    r = _child("""
+ref_losses, ref_state, _ = train(retain=True)
+losses, state, _ = train(0.8, retain=True)
+print(json.dumps({"same": losses == ref_losses and all(torch.equal(state[k], ref_state[k]) for k in ref_state)}))
+""")
+    assert r["same"], r
+
+
+@requires_ext
+def test_what_is_lent_is_given_back_when_the_backward_ends() -> None:
+    r = _child("""
+m = model()
+seen = []
+with tp.budget(None) as b:
+    lender = b._tracker.lender
+    for _ in range(2):
+        out = m[2](m[1](m[0](X)))  # the stem, then the head
+        out.register_hook(lambda g: seen.append(sorted(tuple(t.shape) for t, _ in lender.lent.values())))
+        nn.functional.cross_entropy(m[3:](out), Y).backward()
+        after = len(lender.lent)
+        readable = all(torch.isfinite(p).all().item() for p in m.parameters())
+print(json.dumps({"seen": seen, "after": after, "readable": readable}))
+""")
+    # In the stem's backward the head's weights and their gradients are lent
+    # (a gradient from the next node that unpacks after its accumulation).
+    for seen in r["seen"]:
+        lent = [tuple(s) for s in seen]
+        assert {(1024, 2048), (1024, 1024), (10, 1024)} <= set(lent), r
+    assert [tuple(s) for s in r["seen"][0]].count((10, 1024)) == 2, r  # the last Linear's weight and gradient
+    assert r["after"] == 0 and r["readable"], r
+
+
+@requires_ext
+def test_a_lent_storage_is_swapped_bit_identical_and_unreadable_while_away() -> None:
+    r = _child("""
+ext = tp._install.load_ext()
+with tp.budget("20MiB", policy="lru"):
+    p = torch.randn(1 << 20)  # 4 MiB, the program's
+    want = p.clone()
+    loan = ext.lend(p)
+    before = loan.state
+    big = torch.empty(3 << 20)  # 12 MiB more: p must go to the host
+    away = loan.state
+    try:
+        p.sum()
+        read = "read"
+    except RuntimeError as e:
+        read = str(e)
+    del big
+    loan.give_back()
+    print(json.dumps({"before": before, "away": away, "read": read, "back": loan.state,
+                      "same": torch.equal(p, want), "again": ext.lend(torch.empty(0)) is None}))
+""")
+    assert r["before"] == "resident" and r["away"] == "on_host", r
+    # An error that says why, never a null pointer or stale bytes.
+    assert "lent to the budget runtime" in r["read"] and "lend=False" in r["read"], r["read"]
+    assert "manage:activations instead of manage:all" in r["read"], r["read"]
+    assert r["back"] == "unmanaged" and r["same"], r
