@@ -85,8 +85,8 @@ std::shared_ptr<saved_storage> budget_session::lend(const at::Tensor& t) {
   // Only the program's tensor may use the storage, all of it: another tensor
   // over it (a gradient autograd stole while it flows on, a view, a
   // flattened parameter's siblings) would read released bytes.
-  if (!manageable(t) || t.is_view() || t.storage_offset() != 0) return nullptr;
-  if (t.storage().use_count() != 1 || t.storage().nbytes() != static_cast<std::size_t>(t.numel()) * t.itemsize()) return nullptr;
+  if (!manageable(t) || t.is_view() || t.storage_offset() != 0 || t.storage().use_count() != 1) return nullptr;
+  if (t.storage().nbytes() != static_cast<std::size_t>(t.numel()) * t.itemsize()) return nullptr;
   c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
   std::unique_lock lock(mu_);
   if (!runtime_) return nullptr;

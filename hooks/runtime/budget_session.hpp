@@ -59,8 +59,8 @@ class budget_session : public std::enable_shared_from_this<budget_session> {
   std::shared_ptr<saved_storage> adopt(const at::Tensor& t, bool* fresh = nullptr);
   /// t's storage, which the program holds (a parameter, a gradient), under
   /// management and evictable until the returned handle dies (Note [Lent
-  /// storages] in saved_storage.hpp); nullptr when t is not manageable or
-  /// its storage is managed already.
+  /// storages] in saved_storage.hpp); nullptr when t is not manageable, its
+  /// storage is managed already, or another tensor uses any of it.
   std::shared_ptr<saved_storage> lend(const at::Tensor& t);
 
   /// Step boundary (memory_runtime::step).

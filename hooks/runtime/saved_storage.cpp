@@ -18,7 +18,6 @@ saved_storage::saved_storage(std::shared_ptr<budget_session> session, c10::Stora
 saved_storage::saved_storage(std::shared_ptr<budget_session> session, const at::Tensor& program,
                              c10::Allocator& allocator, lent_tag)
     : saved_storage(std::move(session), program.storage(), allocator) {
-  lent_ = true;
   program_ = program.getIntrusivePtr();
   // Made now: release_device() must not allocate.
   stand_in_ = c10::Storage(c10::Storage::use_byte_size_t(), storage_.nbytes(), c10::DataPtr(nullptr, storage_.device()),
@@ -32,7 +31,7 @@ saved_storage::saved_storage(std::shared_ptr<budget_session> session, const at::
 }
 
 void saved_storage::redirect(const c10::Storage& from, const c10::Storage& to) noexcept {
-  if (!program_ || !program_->has_storage()) return;
+  if (!program_->has_storage()) return;
   if (program_->storage().unsafeGetStorageImpl() != from.unsafeGetStorageImpl()) return;  // the program moved on
   const bool allowed = program_->allow_tensor_metadata_change();
   program_->set_allow_tensor_metadata_change(true);
@@ -45,7 +44,7 @@ saved_storage::~saved_storage() { session_->forget(*this); }
 void* saved_storage::device_ptr() const { return storage_.unsafeGetStorageImpl()->data_ptr().get(); }
 
 void saved_storage::release_device() noexcept {
-  if (lent_) redirect(storage_, stand_in_);  // Note [Lent storages]
+  if (lent()) redirect(storage_, stand_in_);  // Note [Lent storages]
   // The old DataPtr's deleter returns the block to tensorpager's allocator.
   storage_.unsafeGetStorageImpl()->set_data_ptr_noswap(c10::DataPtr(nullptr, storage_.device()));
 }
@@ -68,7 +67,7 @@ void* saved_storage::allocate_device(std::size_t bytes) {
   }
   void* ptr = fresh.get();
   storage_.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
-  if (lent_) redirect(stand_in_, storage_);
+  if (lent()) redirect(stand_in_, storage_);
   return ptr;
 }
 
@@ -98,7 +97,7 @@ void saved_storage::recompute() {
   if (res.host_synchronous) res.dev.synchronize(res.compute);
 }
 
-bool saved_storage::can_release() const noexcept { return lent_ || storage_.use_count() == 1; }
+bool saved_storage::can_release() const noexcept { return lent() || storage_.use_count() == 1; }
 
 bool saved_storage::can_recompute() const noexcept { return reproduces_.unchanged(); }
 

@@ -44,10 +44,14 @@
 // use_count. That breaks the rule above that nobody sees released storage;
 // the lender keeps it instead by lending only what the backward will not
 // read again and by giving everything back (restored, untracked) before any
-// other code may read it. A tensor whose storage is released has no data:
-// torch refuses to read it ("its data is not allocated yet"), so a reader
-// the protocol missed gets an error, never stale bytes. A lent storage is
-// never recomputed; it is swapped.
+// other code may read it. A reader the protocol missed must get an error,
+// not a null pointer (a crash on the CPU, an illegal address on CUDA): so
+// while the bytes are away, the program's tensor points at a stand-in
+// storage of the same size whose every data access throws, saying why
+// (StorageImpl's custom data-pointer error), and back at its own storage
+// when the bytes return. Other tensors over the same storage are not
+// redirected, so budget_session::lend() lends only a storage that no other
+// tensor uses. A lent storage is never recomputed; it is swapped.
 
 #include <cstddef>
 #include <cstdint>
@@ -114,7 +118,7 @@ class saved_storage final : public storage_binding {
   void set_recompute(std::function<at::Tensor()> fn, std::int64_t cost_ns, saved_version reproduces = {});
   bool recomputable() const { return static_cast<bool>(recompute_); }
   /// Held by the program as well (Note [Lent storages]).
-  bool lent() const { return lent_; }
+  bool lent() const { return static_cast<bool>(program_); }
   /// "resident", "offloading", "on_host", "prefetching", "dropped", or
   /// "unmanaged" once its session has ended ("lost" when it ended without
   /// the bytes).
@@ -128,9 +132,8 @@ class saved_storage final : public storage_binding {
   std::function<at::Tensor()> recompute_;
   std::string lost_;  // why the bytes are gone, once lose() was called
   saved_version reproduces_;  // Note [Recompute reproduces one version]
-  // Note [Lent storages]: the program's tensor and the storage that stands
-  // in for its own while the bytes are away.
-  bool lent_ = false;
+  // Note [Lent storages]: the program's tensor (set only when lent) and the
+  // storage that stands in for its own while the bytes are away.
   c10::intrusive_ptr<c10::TensorImpl> program_;
   c10::Storage stand_in_;
   /// Points the program's tensor at `to` when it refers to `from`.

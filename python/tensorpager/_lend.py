@@ -120,15 +120,16 @@ class Lender:
         node = torch._C._current_autograd_node()
         if node is None or node is self.node:
             return  # not in a backward, or the same node's next saved tensor
-        if not self.in_backward:
+        starting = not self.in_backward
+        if starting:
             self.in_backward = True
             torch.autograd.Variable._execution_engine.queue_callback(self.give_back_all)
-            if not self._distributed():
-                self._lend_optimizer_state()
         self.node = node
         accumulated, self.accumulated = self.accumulated, []
         if self._distributed():
             return
+        if starting:
+            self._lend_optimizer_state()
         for p in accumulated:
             if id(p) in self.unpacked:
                 self._lend(p)
