@@ -84,10 +84,15 @@ std::shared_ptr<saved_storage> budget_session::adopt(const at::Tensor& t, bool* 
 std::shared_ptr<saved_storage> budget_session::lend(const at::Tensor& t) {
   // Only the program's tensor may use the storage, all of it: another tensor
   // over it (a gradient autograd stole while it flows on, a view, a
-  // flattened parameter's siblings) would read released bytes.
-  if (!manageable(t) || t.is_view() || t.storage_offset() != 0 || t.storage().use_count() != 1) return nullptr;
-  if (t.storage().nbytes() != static_cast<std::size_t>(t.numel()) * t.itemsize()) return nullptr;
+  // flattened parameter's siblings) would read released bytes. A Python
+  // storage object (t.untyped_storage(), which torch keeps alive with the
+  // storage once made; the timeline tags parameters so) holds one reference
+  // too, and reads no tensor's bytes by itself.
+  if (!manageable(t) || t.is_view() || t.storage_offset() != 0) return nullptr;
   c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+  const std::size_t python_object = impl->pyobj_slot()->load_pyobj() != nullptr ? 1 : 0;
+  if (t.storage().use_count() != 1 + python_object) return nullptr;
+  if (t.storage().nbytes() != static_cast<std::size_t>(t.numel()) * t.itemsize()) return nullptr;
   std::unique_lock lock(mu_);
   if (!runtime_) return nullptr;
   if (auto it = by_storage_.find(impl); it != by_storage_.end() && !it->second.expired()) return nullptr;

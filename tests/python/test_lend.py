@@ -127,6 +127,10 @@ ext = tp._install.load_ext()
 with tp.budget("20MiB", policy="lru"):
     p = torch.randn(1 << 20)  # 4 MiB, the program's
     want = p.clone()
+    view = p[:16]
+    shared = ext.lend(p) is None  # another tensor uses the storage: not lent
+    del view
+    p.untyped_storage()  # a Python storage object, as the timeline makes: still lent
     loan = ext.lend(p)
     before = loan.state
     big = torch.empty(3 << 20)  # 12 MiB more: p must go to the host
@@ -138,9 +142,10 @@ with tp.budget("20MiB", policy="lru"):
         read = str(e)
     del big
     loan.give_back()
-    print(json.dumps({"before": before, "away": away, "read": read, "back": loan.state,
+    print(json.dumps({"shared": shared, "before": before, "away": away, "read": read, "back": loan.state,
                       "same": torch.equal(p, want), "again": ext.lend(torch.empty(0)) is None}))
 """)
+    assert r["shared"] and r["again"], r  # refused: a view of it alive; an empty tensor
     assert r["before"] == "resident" and r["away"] == "on_host", r
     # An error that says why, never a null pointer or stale bytes.
     assert "lent to the budget runtime" in r["read"] and "lend=False" in r["read"], r["read"]
