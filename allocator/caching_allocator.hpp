@@ -234,6 +234,7 @@ class caching_allocator {
   std::size_t headroom() const;
   std::size_t shortfall(std::size_t size, stream_id stream) const;
   void* hand_out(detail::block* b, std::size_t size, std::size_t requested);
+  bool carve_from_end(const detail::block& b, std::size_t size) const;
   void free_block(detail::block* b, allocator_event_kind kind);
   void cache_block(detail::block* b);
   void merge_into(detail::block* b, detail::block* neighbour);

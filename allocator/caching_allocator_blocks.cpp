@@ -109,15 +109,25 @@ block* caching_allocator::allocate_segment(pool_kind pool, std::size_t size, str
 void* caching_allocator::hand_out(block* b, std::size_t size, std::size_t requested) {
   if (size_policy::should_split(b->pool, b->size, size, max_split_size_, b->seg->expandable)) {
     auto* rest = new block;
-    rest->address = b->address + size;
-    rest->size = b->size - size;
     rest->stream = b->stream;
     rest->pool = b->pool;
     rest->seg = b->seg;
-    rest->prev = b;
-    rest->next = b->next;
-    if (b->next != nullptr) b->next->prev = rest;
-    b->next = rest;
+    rest->size = b->size - size;
+    if (carve_from_end(*b, size)) {  // Note [Granule-aware carving]
+      rest->address = b->address;
+      rest->prev = b->prev;
+      rest->next = b;
+      if (b->prev != nullptr) b->prev->next = rest;
+      else b->seg->first = rest;
+      b->prev = rest;
+      b->address += rest->size;
+    } else {
+      rest->address = b->address + size;
+      rest->prev = b;
+      rest->next = b->next;
+      if (b->next != nullptr) b->next->prev = rest;
+      b->next = rest;
+    }
     b->size = size;
     pool_insert(rest);
   }
@@ -133,6 +143,26 @@ void* caching_allocator::hand_out(block* b, std::size_t size, std::size_t reques
   if (b->size >= max_split_size_) stats_.oversize_allocations.add(1);
   notify(allocator_event_kind::alloc, b, b->size, requested);
   return b->ptr();
+}
+
+// Note [Granule-aware carving]
+// In an expandable segment, what stays of a split free block can be unmapped
+// only in whole granules: the partial granules at its two ends stay mapped
+// and count against the budget (Note [Expandable segments]). Carving the
+// request from the front of the free block leaves the remainder starting
+// where the request ends, often mid-granule; carving it from the end leaves
+// it starting where the free block did. The allocator takes the end when
+// that leaves the remainder more whole granules, the front otherwise (and on
+// a tie, as plain segments always do).
+bool caching_allocator::carve_from_end(const block& b, std::size_t size) const {
+  if (!b.seg->expandable) return false;
+  const std::size_t g = granularity_;
+  const auto whole = [g](std::uintptr_t begin, std::uintptr_t end) -> std::size_t {
+    const std::uintptr_t first = size_policy::round_up(begin, g);
+    const std::uintptr_t last = end / g * g;
+    return last > first ? last - first : 0;
+  };
+  return whole(b.address, b.end() - size) > whole(b.address + size, b.end());
 }
 
 // Requires: b is neither allocated nor waiting on events, and not in a pool.

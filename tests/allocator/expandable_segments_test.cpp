@@ -108,6 +108,26 @@ TEST_F(ExpandableSegments, SplitsEveryRemainderInTheLargePool) {
   EXPECT_EQ(a.stats().inactive_split.all().current, 0);  // merged back: one free block, the whole range
 }
 
+// Note [Granule-aware carving]: a request is carved from the end of a free
+// range when that leaves the rest more whole granules to unmap.
+TEST_F(ExpandableSegments, CarvesFromTheEndWhenThatLeavesMoreWholeGranulesFree) {
+  caching_allocator a(rig_.dev, expandable());
+  void* b = a.allocate(6 * MiB + MiB / 2);  // [0, 6.5)
+  void* keep = a.allocate(MiB + MiB / 2);   // [6.5, 8): keeps the last granule mapped
+  EXPECT_EQ(addr(keep), addr(b) + 6 * MiB + MiB / 2);
+  a.deallocate(b);  // free: [0, 6.5)
+  // From the front, 2.5 MiB would leave [2.5, 6.5): one whole granule. From
+  // the end it leaves [0, 4): two.
+  void* c = a.allocate(2 * MiB + MiB / 2);
+  EXPECT_EQ(addr(c), addr(b) + 4 * MiB);
+  a.empty_cache();
+  EXPECT_EQ(reserved(a), std::int64_t(4 * MiB));  // [4, 8); from the front it would be [0, 4) and [6, 8)
+  // On a tie the front, as before: [0, 4) free, 2 MiB from either end leaves one granule.
+  void* d = a.allocate(2 * MiB);
+  EXPECT_EQ(addr(d), addr(b));
+  for (void* p : {keep, c, d}) a.deallocate(p);
+}
+
 TEST_F(ExpandableSegments, SnapshotShowsEachMappedRangeAsASegment) {
   caching_allocator a(rig_.dev, expandable());
   std::vector<void*> ps;
