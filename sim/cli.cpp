@@ -11,7 +11,10 @@
 #include "core/errors.hpp"
 #include "config/memory_budget.hpp"
 #include "config/parse_bytes.hpp"
+#include "core/format_bytes.hpp"
 #include "sim/dtr_import.hpp"
+#include "sim/least_budget.hpp"
+#include "sim/lend_plan.hpp"
 #include "sim/slowdown_svg.hpp"
 #include "sim/sweep.hpp"
 #include "sim/trace_io.hpp"
@@ -139,6 +142,10 @@ cli_args parse(const std::vector<std::string>& args) {
         throw config_error(fmt::format("tp-sim: --allocator-aware '{}'; accepted: True, False", v));
       }
       a.options.allocator_aware = v == "True";
+    } else if (arg == "--lend") {
+      const std::string& v = value();
+      if (v != "True" && v != "False") throw config_error(fmt::format("tp-sim: --lend '{}'; accepted: True, False", v));
+      a.options.lend = v == "True";
     } else if (arg == "--ratio-base") {
       const std::string& v = value();
       if (v != "plain" && v != "same") {
@@ -160,6 +167,16 @@ cli_args parse(const std::vector<std::string>& args) {
   return a;
 }
 
+// Note [Least budget], as one line.
+std::string describe_least_budget(const trace& t, bool lend) {
+  const lend_plan plan = lend ? lend_plan::build(t) : lend_plan{};
+  const least_budget least = find_least_budget(t, lend ? &plan : nullptr);
+  return fmt::format("least budget: {} ({} B): at op {} ({}), {} of untracked storages held beside its own; "
+                     "no policy fits below it",
+                     format_bytes(least.bytes), least.bytes, least.op, t.ops.empty() ? "none" : t.ops[least.op].name,
+                     format_bytes(least.held));
+}
+
 }  // namespace
 
 std::string cli_usage() {
@@ -169,7 +186,7 @@ std::string cli_usage() {
          "              [--no-proactive-offload] [--no-prefetch-ahead] [--sample K] [--max-split-mb MB]\n"
          "              [--ratio-of SIZE] [--ratios R,R,...] [--reference X,X,...]\n"
          "              [--expandable-segments True|False] [--allocator-aware True|False]\n"
-         "              [--ratio-base same|plain]\n"
+         "              [--ratio-base same|plain] [--lend True|False]\n"
          "TRACE: a tensorpager trace (docs/trace_format.md) or a DTR log.\n"
          "--budget: a ratio of the unconstrained peak reserved bytes (0.5 or 0.5peak) or a size (12GiB);\n"
          "  none: only the unconstrained replay. --sweep: ratios 1.0..0.1 for every policy.\n"
@@ -178,7 +195,9 @@ std::string cli_usage() {
          "  --reference: that simulator's slowdowns at --ratios, printed beside tensorpager's.\n"
          "--expandable-segments: the allocator's segments (default False). --ratio-base plain:\n"
          "  ratios are of the unconstrained peak with plain segments (to compare the two).\n"
-         "--allocator-aware: victims by the bytes their eviction makes usable (default False).\n";
+         "--allocator-aware: victims by the bytes their eviction makes usable (default False).\n"
+         "--lend: lend the runtime what each backward no longer needs, as tp.budget() does\n"
+         "  (default False, as manage:activations).\n";
 }
 
 int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -194,10 +213,12 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                        static_cast<double>(t.compute_ns()) / 1e6 * a.options.compute_scale,
                        a.options.compute_scale);
     out << fmt::format("copies: {:.1f} GB/s, {} us latency; replays: {} (the last is measured); {} segments; "
-                       "victims by {}\n\n",
+                       "victims by {}; {}\n",
                        a.options.bandwidth_bytes_per_s / 1e9, static_cast<double>(a.options.latency_ns) / 1e3,
                        a.options.repeat, a.options.expandable_segments ? "expandable" : "plain",
-                       a.options.allocator_aware ? "usable bytes, then policy" : "policy alone");
+                       a.options.allocator_aware ? "usable bytes, then policy" : "policy alone",
+                       a.options.lend ? "lending" : "nothing lent");
+    out << describe_least_budget(t, a.options.lend) << "\n\n";
     std::optional<std::size_t> base = a.ratio_of;
     if (a.ratio_of_plain) {
       sim_options plain = a.options;

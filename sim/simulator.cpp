@@ -16,34 +16,21 @@
 #include "core/errors.hpp"
 #include "device/simulated_device.hpp"
 #include "sim/contentless_device.hpp"
+#include "sim/lend_plan.hpp"
+#include "sim/replay_parts.hpp"
 #include "sim/recompute_plan.hpp"
 #include "runtime/runtime.hpp"
 
 namespace tp::sim {
 namespace {
 
+using detail::host_clock;
+using detail::pin_guard;
+
 // Capacities are counters, not memory (Note [Deterministic addresses]); the
 // budget is the caching allocator's.
 constexpr std::size_t huge_bytes = std::size_t{1} << 42;
 constexpr int max_recompute_depth = 256;
-
-// The host's clock (Note [Simulated time]): a manual clock that also sums
-// the time the host spent blocked (every wait_until that moved it).
-class host_clock final : public clock {
- public:
-  std::int64_t now_ns() const override { return inner_.now_ns(); }
-  void wait_until(std::int64_t deadline_ns) override {
-    const std::int64_t now = inner_.now_ns();
-    if (deadline_ns > now) waited_ns_.fetch_add(deadline_ns - now);
-    inner_.advance_to(deadline_ns);
-  }
-  void advance(std::int64_t delta_ns) { inner_.advance(delta_ns); }
-  std::int64_t waited_ns() const { return waited_ns_.load(); }
-
- private:
-  manual_clock inner_;
-  std::atomic<std::int64_t> waited_ns_{0};
-};
 
 class replay;
 
@@ -84,37 +71,12 @@ class sim_binding final : public storage_binding {
 // could fail ("inputs could not be resident together": ResNet-32 at 0.4 with
 // capuchin and hybrid).
 
-// Unpins what an operator pinned when it has run, or when it throws.
-class pin_guard {
- public:
-  explicit pin_guard(memory_runtime& rt) : rt_(rt) {}
-  ~pin_guard() {
-    for (tensor_id id : pinned_) {
-      try {
-        rt_.unpin(id);
-      } catch (...) {
-        std::terminate();  // unpin of a tensor this guard pinned cannot fail: a simulator bug
-      }
-    }
-  }
-  pin_guard(const pin_guard&) = delete;
-  pin_guard& operator=(const pin_guard&) = delete;
-  void pin(tensor_id id) {
-    rt_.pin(id);
-    pinned_.push_back(id);
-  }
-  const std::vector<tensor_id>& pinned() const { return pinned_; }
-
- private:
-  memory_runtime& rt_;
-  std::vector<tensor_id> pinned_;
-};
-
 // One simulate() call. Members are declared in construction order.
 class replay {
  public:
   replay(const trace& t, const sim_options& o)
       : t_(t), o_(o), plan_(recompute_plan::build(t)),
+        lending_(o.lend ? lend_plan::build(t) : lend_plan{}),
         sim_dev_(device_options(o), clk_),
         dev_(sim_dev_, huge_bytes, huge_bytes),
         alloc_(dev_, allocator_options(o)),
@@ -302,13 +264,16 @@ class replay {
       live_[i].alive = true;
       live_[i].freed.reset();
     }
-    for (const event& e : t_.events) {
+    for (std::size_t k = 0; k < t_.events.size(); ++k) {
+      lend_before(k);
+      const event& e = t_.events[k];
       switch (e.what) {
         case event::kind::op: run_op(t_.ops[e.op]); break;
         case event::kind::free: free_index(t_.index_of(e.id)); break;
         case event::kind::step: rt_->step(); break;
       }
     }
+    lend_before(t_.events.size());
     for (std::size_t i = 0; i < live_.size(); ++i) {
       if (!t_.storages[i].pre_existing) free_index(i);
       live_[i].freed.reset();
@@ -345,6 +310,25 @@ class replay {
     }
   }
 
+  // Note [Lending in the simulator]: the loans that end and begin before
+  // event k. A loan is a swap-only tracked tensor over the slot's memory;
+  // giving it back restores it (a stall if it was away) and untracks it.
+  void lend_before(std::size_t k) {
+    if (!o_.lend) return;
+    for (std::size_t i : lending_.give_back_before[k]) {
+      slot& s = live_[i];
+      rt_->access(s.tensor);
+      s.ptr = s.binding->take();
+      rt_->untrack(s.tensor);
+      s.binding.reset();
+    }
+    for (std::size_t i : lending_.lend_before[k]) {
+      slot& s = live_[i];
+      s.binding = std::make_unique<sim_binding>(*this, i, std::exchange(s.ptr, nullptr));
+      s.tensor = rt_->track(*s.binding, t_.storages[i].bytes, compute_, /*recompute_cost_ns=*/0);
+    }
+  }
+
   void free_index(std::size_t i) {
     slot& s = live_[i];
     if (s.binding) {
@@ -360,6 +344,7 @@ class replay {
   const trace& t_;
   const sim_options o_;
   const recompute_plan plan_;
+  const lend_plan lending_;
   host_clock clk_;
   simulated_device sim_dev_;
   contentless_device dev_;  // Note [Copies without contents]

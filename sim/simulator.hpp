@@ -32,7 +32,8 @@
 // recompute_plan.hpp), else swap only, with the tracked inputs of their
 // operator as their lineage (track_options::parents). Other storages
 // (pre-existing ones, and temporaries not saved) are allocated through the
-// same allocator but not tracked, as the torch glue leaves them to PyTorch.
+// same allocator but not tracked, as the torch glue leaves them to PyTorch,
+// except while they are lent (sim_options::lend).
 // An operator's tracked inputs are pinned while it runs (Note [Operator
 // inputs are pinned] in simulator.cpp).
 //
@@ -82,6 +83,10 @@ struct sim_options {
   bool expandable_segments = false;
   /// memory_runtime_options::allocator_aware (Note [Allocator-aware victims]).
   bool allocator_aware = false;  // as the runtime's default
+  /// Note [Lending in the simulator] (sim/lend_plan.hpp). Off by default, as
+  /// `manage:activations` lends nothing and as the comparisons with DTR's
+  /// simulator were measured; `tp.budget()` and `manage:all` lend.
+  bool lend = false;
   std::uint64_t seed = 0x7470'7061'6765'72ULL;
 };
 

@@ -8,6 +8,16 @@
 #include "core/format_bytes.hpp"
 
 namespace tp::sim {
+namespace {
+
+// 1.0, 0.9, 0.45: two decimals where a ratio has them, else one.
+std::string ratio_text(double r) {
+  std::string text = fmt::format("{:.2f}", r);
+  if (text.back() == '0') text.pop_back();
+  return text;
+}
+
+}  // namespace
 
 std::vector<double> default_ratios() {
   std::vector<double> r;
@@ -96,15 +106,15 @@ std::string format_sweep_table(const sweep_result& s) {
     for (const sweep_point& pt : s.points[p]) {
       const sim_report& r = pt.report;
       if (!r.fits) {
-        out += fmt::format("| {} | {:.1f} | {} | no | | | | | | | | | | {} | | {:.3f} |\n", to_string(s.policies[p]),
-                           pt.ratio, format_bytes(r.budget_bytes.value_or(0)), format_bytes(r.peak_reserved),
+        out += fmt::format("| {} | {} | {} | no | | | | | | | | | | {} | | {:.3f} |\n", to_string(s.policies[p]),
+                           ratio_text(pt.ratio), format_bytes(r.budget_bytes.value_or(0)), format_bytes(r.peak_reserved),
                            static_cast<double>(r.policy_wall_ns) / 1e6);
         continue;
       }
       out += fmt::format(
-          "| {} | {:.1f} | {} | yes | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {} | {} | {} | {} | {} | {:.1f}% | "
+          "| {} | {} | {} | yes | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {} | {} | {} | {} | {} | {:.1f}% | "
           "{:.3f} |\n",
-          to_string(s.policies[p]), pt.ratio, format_bytes(r.budget_bytes.value_or(0)), r.slowdown,
+          to_string(s.policies[p]), ratio_text(pt.ratio), format_bytes(r.budget_bytes.value_or(0)), r.slowdown,
           static_cast<double>(r.step_ns) / 1e6, static_cast<double>(r.recompute_ns) / 1e6,
           static_cast<double>(r.stall_ns) / 1e6, static_cast<double>(r.host_wait_ns) / 1e6, r.host_syncs,
           format_bytes(r.offloaded_bytes), format_bytes(r.prefetched_bytes),
@@ -130,7 +140,7 @@ std::string format_sweep_summary(const sweep_result& s) {
   std::string out =
       "| policy | smallest fitting ratio | every ratio fits down to | slowdown at 0.5 | slowdown at 0.3 |\n"
       "|---|---|---|---|---|\n";
-  auto ratio_text = [](double r) { return r < 0 ? std::string("none") : fmt::format("{:.1f}", r); };
+  auto ratio_or_none = [](double r) { return r < 0 ? std::string("none") : ratio_text(r); };
   for (std::size_t p = 0; p < s.points.size(); ++p) {
     double smallest = -1, down_to = -1;
     bool unbroken = true;
@@ -139,8 +149,8 @@ std::string format_sweep_summary(const sweep_result& s) {
       unbroken = unbroken && pt.report.fits;
       if (unbroken) down_to = pt.ratio;
     }
-    out += fmt::format("| {} | {} | {} | {} | {} |\n", to_string(s.policies[p]), ratio_text(smallest),
-                       ratio_text(down_to), at(p, 0.5), at(p, 0.3));
+    out += fmt::format("| {} | {} | {} | {} | {} |\n", to_string(s.policies[p]), ratio_or_none(smallest),
+                       ratio_or_none(down_to), at(p, 0.5), at(p, 0.3));
   }
   return out;
 }
@@ -161,7 +171,7 @@ std::string format_slowdown_matrix(const sweep_result& s, const std::vector<doub
   out += "\n" + rule + "\n";
   for (std::size_t r = 0; r < s.ratios.size(); ++r) {
     const std::size_t budget = s.points.empty() ? 0 : s.points[0][r].report.budget_bytes.value_or(0);
-    out += fmt::format("| {:.1f} | {} |", s.ratios[r], format_bytes(budget));
+    out += fmt::format("| {} | {} |", ratio_text(s.ratios[r]), format_bytes(budget));
     if (with_reference) {
       out += reference[r] > 0 ? fmt::format(" {:.3f} |", reference[r]) : std::string(" OOM |");
     }

@@ -86,6 +86,17 @@ TEST_F(Cli, AllocatorAwareVictimsCanBeTurnedOffAndTheHeaderSaysWhich) {
   EXPECT_NE(err_.str().find("--allocator-aware 'maybe'; accepted: True, False"), std::string::npos) << err_.str();
 }
 
+TEST_F(Cli, LendingCanBeTurnedOnAndTheLeastBudgetIsSaidUpFront) {
+  ASSERT_EQ(run({path_, "--budget", "0.5"}), 0) << err_.str();  // default: nothing lent
+  EXPECT_NE(out_.str().find("; nothing lent\n"), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("least budget: "), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("no policy fits below it"), std::string::npos) << out_.str();
+  ASSERT_EQ(run({path_, "--budget", "0.5", "--lend", "True"}), 0) << err_.str();
+  EXPECT_NE(out_.str().find("; lending\n"), std::string::npos) << out_.str();
+  EXPECT_EQ(run({path_, "--lend", "yes"}), 2);
+  EXPECT_NE(err_.str().find("--lend 'yes'; accepted: True, False"), std::string::npos) << err_.str();
+}
+
 TEST_F(Cli, BadInputNamesItAndWhatIsAccepted) {
   EXPECT_EQ(run({path_, "--budget", "0"}), 2);
   EXPECT_NE(err_.str().find("--budget '0'"), std::string::npos) << err_.str();
