@@ -156,13 +156,9 @@ void* caching_allocator::hand_out(block* b, std::size_t size, std::size_t reques
 // a tie, as plain segments always do).
 bool caching_allocator::carve_from_end(const block& b, std::size_t size) const {
   if (!b.seg->expandable) return false;
-  const std::size_t g = granularity_;
-  const auto whole = [g](std::uintptr_t begin, std::uintptr_t end) -> std::size_t {
-    const std::uintptr_t first = size_policy::round_up(begin, g);
-    const std::uintptr_t last = end / g * g;
-    return last > first ? last - first : 0;
-  };
-  return whole(b.address, b.end() - size) > whole(b.address + size, b.end());
+  using size_policy::whole_granules;
+  return whole_granules(b.address, b.end() - size, granularity_) >
+         whole_granules(b.address + size, b.end(), granularity_);
 }
 
 // Requires: b is neither allocated nor waiting on events, and not in a pool.

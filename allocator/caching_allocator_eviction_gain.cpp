@@ -10,16 +10,7 @@ namespace tp {
 
 using detail::block;
 
-namespace {
-
-// Bytes of whole granules inside [begin, end).
-std::size_t whole_granules(std::uintptr_t begin, std::uintptr_t end, std::size_t g) {
-  const std::uintptr_t first = size_policy::round_up(begin, g);
-  const std::uintptr_t last = end / g * g;
-  return last > first ? last - first : 0;
-}
-
-}  // namespace
+using size_policy::whole_granules;
 
 std::size_t caching_allocator::usable_if_freed(const void* ptr, const std::vector<const void*>& also,
                                                const reclaim_request& r) const {

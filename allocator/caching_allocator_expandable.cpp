@@ -10,12 +10,13 @@ namespace tp {
 
 using detail::block;
 using detail::segment;
+using size_policy::round_down;
 using size_policy::round_up;
+using size_policy::whole_granules;
 
 namespace {
 
 std::int64_t i64(std::size_t x) { return static_cast<std::int64_t>(x); }
-std::size_t round_down(std::size_t x, std::size_t m) { return x / m * m; }
 
 block* new_block(segment& seg, std::uintptr_t address, std::size_t size, bool mapped) {
   auto* b = new block;
@@ -147,11 +148,7 @@ block* caching_allocator::map_range(const growth_plan& plan) {
 // blocks `spare` builds on. Returns the bytes unmapped.
 std::size_t caching_allocator::unmap_free_granules(std::size_t want, const growth_plan* spare) {
   const std::size_t g = granularity_;
-  const auto interior = [g](const block* b) {
-    const std::size_t begin = round_up(b->address, g);
-    const std::size_t end = round_down(b->end(), g);
-    return end > begin ? end - begin : 0;
-  };
+  const auto interior = [g](const block* b) { return whole_granules(b->address, b->end(), g); };
   std::vector<block*> candidates;
   for (const detail::block_pool* blocks : {&large_blocks_, &small_blocks_}) {
     for (block* b : *blocks) {

@@ -33,6 +33,16 @@ inline constexpr std::size_t round_large = std::size_t{2} << 20;       // 2 MiB
 /// Rounds x up to a multiple of m. Requires: m > 0, x + m does not overflow.
 constexpr std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
 
+/// Rounds x down to a multiple of m. Requires: m > 0.
+constexpr std::size_t round_down(std::size_t x, std::size_t m) { return x / m * m; }
+
+/// Bytes of the whole granules of size g inside [begin, end). Requires: g > 0.
+constexpr std::size_t whole_granules(std::size_t begin, std::size_t end, std::size_t g) {
+  const std::size_t first = round_up(begin, g);
+  const std::size_t last = round_down(end, g);
+  return last > first ? last - first : 0;
+}
+
 /// The block size serving a request of `bytes`. Requires: bytes > 0.
 constexpr std::size_t block_size(std::size_t bytes) { return round_up(bytes, min_block_size); }
 

@@ -265,7 +265,7 @@ class replay {
       live_[i].freed.reset();
     }
     for (std::size_t k = 0; k < t_.events.size(); ++k) {
-      lend_before(k);
+      settle_loans(k);
       const event& e = t_.events[k];
       switch (e.what) {
         case event::kind::op: run_op(t_.ops[e.op]); break;
@@ -273,7 +273,7 @@ class replay {
         case event::kind::step: rt_->step(); break;
       }
     }
-    lend_before(t_.events.size());
+    settle_loans(t_.events.size());
     for (std::size_t i = 0; i < live_.size(); ++i) {
       if (!t_.storages[i].pre_existing) free_index(i);
       live_[i].freed.reset();
@@ -313,7 +313,7 @@ class replay {
   // Note [Lending in the simulator]: the loans that end and begin before
   // event k. A loan is a swap-only tracked tensor over the slot's memory;
   // giving it back restores it (a stall if it was away) and untracks it.
-  void lend_before(std::size_t k) {
+  void settle_loans(std::size_t k) {
     if (!o_.lend) return;
     for (std::size_t i : lending_.give_back_before[k]) {
       slot& s = live_[i];

@@ -5,17 +5,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "config/parse_bytes.hpp"
 #include "core/format_bytes.hpp"
 
 namespace tp::sim {
 namespace {
 
-// 1.0, 0.9, 0.45: two decimals where a ratio has them, else one.
-std::string ratio_text(double r) {
-  std::string text = fmt::format("{:.2f}", r);
-  if (text.back() == '0') text.pop_back();
-  return text;
-}
+// 1.0, 0.9, 0.45: the fewest decimals (at least one) that give the ratio back.
+std::string ratio_text(double r) { return format_ratio_exact(r); }
 
 }  // namespace
 
