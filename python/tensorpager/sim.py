@@ -47,6 +47,9 @@ def simulate(
     latency_us: float = 5.0,
     compute_scale: float = 1.0,
     repeat: int = 2,
+    expandable_segments: bool = False,
+    allocator_aware: bool = False,
+    lend: bool = False,
 ) -> dict[str, Any]:
     """Replays ``trace`` under ``budget`` with ``policy`` and returns the report.
 
@@ -59,6 +62,8 @@ def simulate(
         bandwidth_gbps, latency_us: the copy model (defaults: PCIe 5.0 x16, pinned).
         compute_scale: multiplies the recorded operator times.
         repeat: replays of the trace; the last is measured.
+        expandable_segments, allocator_aware, lend: as tp-sim's flags of the
+            same names (docs/trace_format.md); all off by default, as there.
 
     Returns:
         A dict: fits, failure, budget, policy, peak_reserved, peak_allocated,
@@ -88,6 +93,9 @@ def simulate(
             latency_us=float(latency_us),
             compute_scale=float(compute_scale),
             repeat=int(repeat),
+            expandable_segments=bool(expandable_segments),
+            allocator_aware=bool(allocator_aware),
+            lend=bool(lend),
             **kwargs,
         )
     )

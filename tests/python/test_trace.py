@@ -185,6 +185,27 @@ def test_tp_sim_command_line_replays_a_dtr_log_and_rejects_bad_input() -> None:
 
 
 @requires_sim
+def test_simulate_lends_when_asked() -> None:
+    """The recorded ResNet-18 step fits in 160 MiB only when the simulator lends
+    weights, gradients and momentum during the backward (bench/results/sim_lending.md:
+    the least budget is 212 MiB without lending, 143 MiB with it)."""
+    trace = REPO / "bench" / "traces" / "resnet18.trace"
+    got = run_python(
+        f"""
+import json
+from tensorpager import sim
+runs = {{lend: sim.simulate({str(trace)!r}, "160MiB", policy="hybrid", compute_scale=0.01,
+                           expandable_segments=True, lend=lend) for lend in (False, True)}}
+print(json.dumps({{str(k): {{"fits": r["fits"], "peak": r["peak_reserved"], "offloaded": r["offloaded_bytes"]}}
+                  for k, r in runs.items()}}))
+"""
+    )
+    r = json.loads(got.stdout.splitlines()[-1])
+    assert not r["False"]["fits"]
+    assert r["True"]["fits"] and r["True"]["peak"] <= 160 << 20 and r["True"]["offloaded"] > 0
+
+
+@requires_sim
 def test_simulate_rejects_a_bad_budget() -> None:
     log = REPO / "bench" / "traces" / "dtr" / "resnet32-bs56.log"
     run_python(
