@@ -229,6 +229,7 @@ class caching_allocator {
   // caching_allocator_blocks.cpp: the pools, plain segments, the budget.
   detail::block* try_allocate_block(std::size_t size, stream_id stream);
   detail::block* take_free_block(pool_kind pool, std::size_t size, stream_id stream);
+  detail::block* take_stranded_block(std::size_t size, stream_id stream);
   detail::block* allocate_segment(pool_kind pool, std::size_t size, stream_id stream);
   bool fits_budget(std::size_t bytes) const;
   std::size_t headroom() const;

@@ -128,6 +128,24 @@ TEST_F(ExpandableSegments, CarvesFromTheEndWhenThatLeavesMoreWholeGranulesFree) 
   for (void* p : {keep, c, d}) a.deallocate(p);
 }
 
+// Note [Stranded bytes serve small requests]
+TEST_F(ExpandableSegments, ASmallRequestTakesTheFreeTailOfAGranuleBeforeMappingOne) {
+  caching_allocator a(rig_.dev, expandable());
+  void* l = a.allocate(3 * MiB);  // maps [0, 4): [3, 4) is free and can never be unmapped
+  void* s = a.allocate(100 * KiB);
+  EXPECT_EQ(addr(s), addr(l) + 3 * MiB);
+  allocator_stats st = a.stats();
+  EXPECT_EQ(st.reserved_bytes.of(pool_kind::small).current, 0);  // no small granule mapped
+  EXPECT_EQ(st.reserved_bytes.all().current, std::int64_t(4 * MiB));
+  // A free large block with a whole granule inside stays for large requests.
+  void* m = a.allocate(4 * MiB + MiB / 2);  // [3.1, 7.6) and a tail up to 8
+  a.deallocate(m);                           // free: [3.1, 8), whole granules [4, 8)
+  void* t = a.allocate(100 * KiB);
+  st = a.stats();
+  EXPECT_EQ(st.reserved_bytes.of(pool_kind::small).current, std::int64_t(2 * MiB));
+  for (void* p : {l, s, t}) a.deallocate(p);
+}
+
 TEST_F(ExpandableSegments, SnapshotShowsEachMappedRangeAsASegment) {
   caching_allocator a(rig_.dev, expandable());
   std::vector<void*> ps;

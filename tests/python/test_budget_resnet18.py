@@ -21,9 +21,10 @@ gradients] in tensorpager/_lend.py): without lending the floor is 285 MiB
 (0.66). At 0.5 (217 MiB) the margin over the floor is 17 MiB, and the
 reserve holds 10 to 20 MiB free in partly used granules at that moment: most
 runs train, some end out of memory at the stem's 50 MiB gradient (in about
-one run in five, by which tensors the timing-driven policies moved; with
-granule-aware carving, the first managed run failed in 2 of 7 processes, at
-5 to 11% fragmentation), so CI tests 0.55. 0.3 would need the stem's operators split.
+one run in five, by which tensors the timing-driven policies moved; in
+later probes, with the allocator's granule-aware carving and stranded bytes
+serving small requests, the first managed run failed in 4 of 11 processes,
+at 5 to 11% fragmentation), so CI tests 0.55. 0.3 would need the stem's operators split.
 """
 
 from __future__ import annotations
