@@ -109,7 +109,8 @@ struct caching_allocator_options {
   /// max_split_size_mb). The default, SIZE_MAX, splits everything.
   std::size_t max_split_size = SIZE_MAX;
   /// Note [Expandable segments]. Requires a device with virtual memory
-  /// (device::granularity() must not throw).
+  /// (device::granularity() must not throw, and returns a power of two;
+  /// construction throws tp::invalid_argument otherwise).
   bool expandable_segments = false;
 };
 
@@ -235,7 +236,10 @@ class caching_allocator {
   std::size_t headroom() const;
   std::size_t shortfall(std::size_t size, stream_id stream) const;
   void* hand_out(detail::block* b, std::size_t size, std::size_t requested);
-  bool carve_from_end(const detail::block& b, std::size_t size) const;
+  std::size_t carve_offset(const detail::block& b, std::size_t size) const;
+  static detail::block* split_front(detail::block* b, std::size_t bytes);
+  static detail::block* split_back(detail::block* b, std::size_t size);
+  static detail::block* split_off(const detail::block& b, std::uintptr_t address, std::size_t size);
   void free_block(detail::block* b, allocator_event_kind kind);
   void cache_block(detail::block* b);
   void merge_into(detail::block* b, detail::block* neighbour);

@@ -57,7 +57,7 @@ class device {
 
   // --- virtual memory: reserve address space, map physical granules ---------
 
-  /// The granule size of map/unmap (2 MiB on current GPUs).
+  /// The granule size of map/unmap, a power of two (2 MiB on current GPUs).
   virtual std::size_t granularity() const = 0;
   /// Reserves bytes (a multiple of granularity()) of address space with no
   /// physical memory behind it. Throws tp::error when address space runs out.

@@ -108,44 +108,6 @@ TEST_F(ExpandableSegments, SplitsEveryRemainderInTheLargePool) {
   EXPECT_EQ(a.stats().inactive_split.all().current, 0);  // merged back: one free block, the whole range
 }
 
-// Note [Granule-aware carving]: a request is carved from the end of a free
-// range when that leaves the rest more whole granules to unmap.
-TEST_F(ExpandableSegments, CarvesFromTheEndWhenThatLeavesMoreWholeGranulesFree) {
-  caching_allocator a(rig_.dev, expandable());
-  void* b = a.allocate(6 * MiB + MiB / 2);  // [0, 6.5)
-  void* keep = a.allocate(MiB + MiB / 2);   // [6.5, 8): keeps the last granule mapped
-  EXPECT_EQ(addr(keep), addr(b) + 6 * MiB + MiB / 2);
-  a.deallocate(b);  // free: [0, 6.5)
-  // From the front, 2.5 MiB would leave [2.5, 6.5): one whole granule. From
-  // the end it leaves [0, 4): two.
-  void* c = a.allocate(2 * MiB + MiB / 2);
-  EXPECT_EQ(addr(c), addr(b) + 4 * MiB);
-  a.empty_cache();
-  EXPECT_EQ(reserved(a), std::int64_t(4 * MiB));  // [4, 8); from the front it would be [0, 4) and [6, 8)
-  // On a tie the front, as before: [0, 4) free, 2 MiB from either end leaves one granule.
-  void* d = a.allocate(2 * MiB);
-  EXPECT_EQ(addr(d), addr(b));
-  for (void* p : {keep, c, d}) a.deallocate(p);
-}
-
-// Note [Stranded bytes serve small requests]
-TEST_F(ExpandableSegments, ASmallRequestTakesTheFreeTailOfAGranuleBeforeMappingOne) {
-  caching_allocator a(rig_.dev, expandable());
-  void* l = a.allocate(3 * MiB);  // maps [0, 4): [3, 4) is free and can never be unmapped
-  void* s = a.allocate(100 * KiB);
-  EXPECT_EQ(addr(s), addr(l) + 3 * MiB);
-  allocator_stats st = a.stats();
-  EXPECT_EQ(st.reserved_bytes.of(pool_kind::small).current, 0);  // no small granule mapped
-  EXPECT_EQ(st.reserved_bytes.all().current, std::int64_t(4 * MiB));
-  // A free large block with a whole granule inside stays for large requests.
-  void* m = a.allocate(4 * MiB + MiB / 2);  // [3.1, 7.6) and a tail up to 8
-  a.deallocate(m);                           // free: [3.1, 8), whole granules [4, 8)
-  void* t = a.allocate(100 * KiB);
-  st = a.stats();
-  EXPECT_EQ(st.reserved_bytes.of(pool_kind::small).current, std::int64_t(2 * MiB));
-  for (void* p : {l, s, t}) a.deallocate(p);
-}
-
 TEST_F(ExpandableSegments, SnapshotShowsEachMappedRangeAsASegment) {
   caching_allocator a(rig_.dev, expandable());
   std::vector<void*> ps;
@@ -341,17 +303,21 @@ TEST_F(ExpandableSegments, OutOfMemoryNamesTheFiguresAndChangesNothing) {
 }
 
 TEST_F(ExpandableSegments, UsableIfFreedCountsWhatABlockMakesUsableForTheRequest) {
-  // Note [Allocator-aware eviction]. a [0, 1.5) b [1.5, 3) c [3, 6) d [6, 7) MiB.
+  // Note [Allocator-aware eviction]. a [0, 1.5) b [1.5, 4) c [4, 7) d [7, 8 + 512 B) MiB.
   caching_allocator a(rig_.dev, expandable());
   void* pa = a.allocate(3 * MiB / 2);
-  void* pb = a.allocate(3 * MiB / 2);
+  void* pb = a.allocate(5 * MiB / 2);
   void* pc = a.allocate(3 * MiB);
   void* pd = a.allocate(1 * MiB + 1);
-  const reclaim_request big{8 * MiB, default_stream, 1};
-  EXPECT_EQ(a.usable_if_freed(pa, {}, big), 0u);           // shares both its granules with b
+  EXPECT_EQ(addr(pb), addr(pa) + 3 * MiB / 2);
+  EXPECT_EQ(addr(pc), addr(pa) + 4 * MiB);
+  EXPECT_EQ(addr(pd), addr(pa) + 7 * MiB);
+  const reclaim_request big{16 * MiB, default_stream, 1};
+  EXPECT_EQ(a.usable_if_freed(pa, {}, big), 0u);           // shares its granule with b
   EXPECT_EQ(a.usable_if_freed(pa, {pb}, big), 2 * MiB);    // with b: granule [0, 2) whole
+  EXPECT_EQ(a.usable_if_freed(pb, {}, big), 2 * MiB);      // granule [2, 4)
   EXPECT_EQ(a.usable_if_freed(pc, {}, big), 2 * MiB);      // granule [4, 6)
-  EXPECT_EQ(a.usable_if_freed(pc, {pb}, big), 4 * MiB);    // [2, 6) with b
+  EXPECT_EQ(a.usable_if_freed(pb, {pc}, big), 2 * MiB);    // [2, 4): c's granules are c's gain
   const reclaim_request small{2 * MiB, default_stream, 1};
   EXPECT_EQ(a.usable_if_freed(pc, {}, small), 2 * MiB);    // 3 MiB free range: serves it as it is
   const stream_id other = rig_.dev.create_stream();

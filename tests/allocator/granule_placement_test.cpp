@@ -1,0 +1,101 @@
+// Where blocks go inside expandable segments (Note [Granule-aware carving]
+// and Note [Stranded bytes serve small requests] in
+// caching_allocator_blocks.cpp): placements that keep free bytes in whole
+// granules, which the allocator can unmap, on the simulated device (2 MiB
+// granules). Offsets in the comments are MiB from the segment's start.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "allocator/caching_allocator.hpp"
+#include "allocator_test_support.hpp"
+
+namespace tp {
+namespace {
+
+using namespace tp::testing;
+
+std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+
+caching_allocator::options expandable() {
+  caching_allocator::options o;
+  o.expandable_segments = true;
+  return o;
+}
+
+class GranulePlacement : public ::testing::Test {
+ protected:
+  simulated_rig rig_{1 * GiB};
+};
+
+// Note [Granule-aware carving]: a request is carved from the end of a free
+// range when that leaves the rest more whole granules to unmap.
+TEST_F(GranulePlacement, CarvesFromTheEndWhenThatLeavesMoreWholeGranulesFree) {
+  caching_allocator a(rig_.dev, expandable());
+  void* b = a.allocate(6 * MiB + MiB / 2);  // [0, 6.5)
+  void* keep = a.allocate(MiB + MiB / 2);   // [6.5, 8): keeps the last granule mapped
+  EXPECT_EQ(addr(keep), addr(b) + 6 * MiB + MiB / 2);
+  a.deallocate(b);  // free: [0, 6.5)
+  // From the front, 2.5 MiB would leave [2.5, 6.5): one whole granule. From
+  // the end it leaves [0, 4): two.
+  void* c = a.allocate(2 * MiB + MiB / 2);
+  EXPECT_EQ(addr(c), addr(b) + 4 * MiB);
+  a.empty_cache();
+  EXPECT_EQ(reserved(a), std::int64_t(4 * MiB));  // [4, 8); from the front it would be [0, 4) and [6, 8)
+  // On a tie the front, as before: [0, 4) free, 2 MiB from either end leaves one granule.
+  void* d = a.allocate(2 * MiB);
+  EXPECT_EQ(addr(d), addr(b));
+  for (void* p : {keep, c, d}) a.deallocate(p);
+}
+
+// Note [Stranded bytes serve small requests]
+TEST_F(GranulePlacement, ASmallRequestTakesTheFreeTailOfAGranuleBeforeMappingOne) {
+  caching_allocator a(rig_.dev, expandable());
+  void* l = a.allocate(3 * MiB);  // maps [0, 4): [3, 4) is free and can never be unmapped
+  void* s = a.allocate(100 * KiB);
+  EXPECT_EQ(addr(s), addr(l) + 3 * MiB);
+  allocator_stats st = a.stats();
+  EXPECT_EQ(st.reserved_bytes.of(pool_kind::small).current, 0);  // no small granule mapped
+  EXPECT_EQ(st.reserved_bytes.all().current, std::int64_t(4 * MiB));
+  // A free large block with a whole granule inside stays for large requests.
+  void* m = a.allocate(4 * MiB + MiB / 2);  // [3.1, 7.6) and a tail up to 8
+  a.deallocate(m);                           // free: [3.1, 8), whole granules [4, 8)
+  void* t = a.allocate(100 * KiB);
+  st = a.stats();
+  EXPECT_EQ(st.reserved_bytes.of(pool_kind::small).current, std::int64_t(2 * MiB));
+  for (void* p : {l, s, t}) a.deallocate(p);
+}
+
+// Note [Granule-aware carving]: a request of whole granules goes on a
+// granule boundary when that leaves as many whole granules free, even off
+// both ends of the free block; one of another size stays at the front.
+TEST_F(GranulePlacement, ARequestOfWholeGranulesSitsOnGranuleBoundaries) {
+  caching_allocator a(rig_.dev, expandable());
+  void* x = a.allocate(MiB + MiB / 2);  // [0, 1.5)
+  // 2 MiB more: from the front it would straddle [0, 4); it maps [2, 4) and
+  // takes it, leaving [1.5, 2) free.
+  void* y = a.allocate(2 * MiB);
+  EXPECT_EQ(addr(y), addr(x) + 2 * MiB);
+  EXPECT_EQ(reserved(a), std::int64_t(4 * MiB));
+  a.deallocate(y);                            // free: [1.5, 4)
+  void* z = a.allocate(MiB + MiB / 2);        // not whole granules: the front, [1.5, 3)
+  EXPECT_EQ(addr(z), addr(x) + MiB + MiB / 2);
+  a.deallocate(z);                            // free: [1.5, 4)
+  void* big = a.allocate(7 * MiB);            // [1.5, 8.5): maps [4, 10)
+  void* keep = a.allocate(MiB + MiB / 2);     // [8.5, 10): keeps [8, 10) mapped
+  EXPECT_EQ(addr(keep), addr(big) + 7 * MiB);
+  a.deallocate(big);                          // free: [1.5, 8.5)
+  // 4 MiB leaves one whole granule free at the front ([1.5, 5.5)), at the
+  // end ([4.5, 8.5)) and at [2, 6), which alone fills the two granules it
+  // touches: the free block splits in three.
+  void* w = a.allocate(4 * MiB);
+  EXPECT_EQ(addr(w), addr(x) + 2 * MiB);
+  a.deallocate(x);  // granule [0, 2) is now wholly free and unmaps
+  a.empty_cache();
+  EXPECT_EQ(reserved(a), std::int64_t(6 * MiB));  // [2, 6) and [8, 10)
+  for (void* p : {w, keep}) a.deallocate(p);
+}
+
+}  // namespace
+}  // namespace tp
