@@ -61,7 +61,11 @@
 //   Less than a granule: when the budget has room for a request but not for
 // the granules it would map (a budget of 1 MiB, a 4 KiB tensor), the request
 // gets a plain segment of its own size (allocate_plain_fallback); plain
-// segments are released when wholly free, as always.
+// segments are released when wholly free, as always. The same fallback
+// catches a growth plan that maps more than the budget allows while a plain
+// segment would fit: beside free neighbours that are too large to serve the
+// request (oversize blocks, max_split_size), plan_growth only considers
+// mapping the whole unmapped range between them.
 //   Accounting: reserved_bytes counts mapped bytes; `segment` counts mapped
 // ranges (a snapshot shows each contiguous mapped range as a segment, as
 // PyTorch's does); num_device_alloc / num_device_free count map / unmap
