@@ -62,10 +62,8 @@
 // the granules it would map (a budget of 1 MiB, a 4 KiB tensor), the request
 // gets a plain segment of its own size (allocate_plain_fallback); plain
 // segments are released when wholly free, as always. The same fallback
-// catches a growth plan that maps more than the budget allows while a plain
-// segment would fit: beside free neighbours that are too large to serve the
-// request (oversize blocks, max_split_size), plan_growth only considers
-// mapping the whole unmapped range between them.
+// catches any growth plan that maps more than the budget allows while a
+// plain segment of the request's size would fit.
 //   Accounting: reserved_bytes counts mapped bytes; `segment` counts mapped
 // ranges (a snapshot shows each contiguous mapped range as a segment, as
 // PyTorch's does); num_device_alloc / num_device_free count map / unmap

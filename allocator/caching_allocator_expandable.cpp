@@ -72,6 +72,15 @@ std::optional<caching_allocator::growth_plan> caching_allocator::plan_growth(poo
       if (left != nullptr && right != nullptr && l + u->size + r >= size) {  // left + u + right
         consider({seg, u, left, right, u->address, u->end()});
       }
+      // A free left neighbour too large to build on (an oversize block that
+      // may not serve the request: take_free_block passed it over) offers no
+      // plan but all of u; map a part of u a granule away from it instead,
+      // and from the right one, which map_range would merge otherwise.
+      if (left != nullptr && l >= size && (right == nullptr || r >= size)) {
+        const std::uintptr_t begin = u->address + g;
+        const std::uintptr_t end = begin + round_up(size, g);
+        if (end + (right != nullptr ? g : 0) <= u->end()) consider({seg, u, nullptr, nullptr, begin, end});
+      }
     }
   }
   return best;

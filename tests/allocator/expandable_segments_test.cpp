@@ -108,6 +108,32 @@ TEST_F(ExpandableSegments, SplitsEveryRemainderInTheLargePool) {
   EXPECT_EQ(a.stats().inactive_split.all().current, 0);  // merged back: one free block, the whole range
 }
 
+// plan_growth: a free oversize block (max_split_size) may not serve a small
+// request, and must not make it map all the unmapped space beside it.
+TEST_F(ExpandableSegments, GrowsAGranuleAwayFromAFreeOversizeNeighbour) {
+  caching_allocator::options o = expandable();
+  o.max_split_size = 4 * MiB;
+  caching_allocator a(rig_.dev, o);
+  void* big = a.allocate(8 * MiB);     // [0, 8)
+  void* hole = a.allocate(30 * MiB);   // [8, 38)
+  void* right = a.allocate(4 * MiB);   // [38, 42), then the unmapped rest
+  a.deallocate(hole);
+  a.empty_cache();  // unmaps [8, 38)
+  a.deallocate(big);
+  a.deallocate(right);  // two free oversize blocks around the hole; the second before the rest
+  ASSERT_EQ(reserved(a), std::int64_t(12 * MiB));
+  // 1.5 MiB may come from neither; building on them would map all 30 MiB of
+  // the hole (and nothing after the second). It maps one granule instead,
+  // a granule away from the first.
+  void* p = a.allocate(MiB + MiB / 2);
+  EXPECT_EQ(addr(p), addr(big) + 10 * MiB);
+  EXPECT_EQ(reserved(a), std::int64_t(14 * MiB));
+  for (const segment_snapshot& s : a.snapshot()) EXPECT_TRUE(s.expandable);
+  a.deallocate(p);
+  a.empty_cache();
+  EXPECT_EQ(reserved(a), 0);
+}
+
 TEST_F(ExpandableSegments, SnapshotShowsEachMappedRangeAsASegment) {
   caching_allocator a(rig_.dev, expandable());
   std::vector<void*> ps;
