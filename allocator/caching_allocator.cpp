@@ -49,7 +49,7 @@ caching_allocator::caching_allocator(device& dev, options opts)
       budget_(opts.budget) {
   stats_.max_split_size = max_split_size_ == SIZE_MAX ? -1 : i64(max_split_size_);
   stats_.budget = budget_ ? i64(*budget_) : -1;
-  if (expandable_ && (granularity_ == 0 || (granularity_ & (granularity_ - 1)) != 0)) {
+  if (expandable_ && !size_policy::is_power_of_two(granularity_)) {
     throw invalid_argument(fmt::format(
         "caching_allocator: expandable segments need a device granularity that is a power of two; device '{}' "
         "has {} bytes (use expandable_segments:False with it)",

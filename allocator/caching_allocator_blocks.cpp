@@ -176,22 +176,18 @@ void* caching_allocator::hand_out(block* b, std::size_t size, std::size_t reques
 // it measured worse in tp-sim (bench/results/sim_lending.md).
 std::size_t caching_allocator::carve_offset(const block& b, std::size_t size) const {
   if (!b.seg->expandable) return 0;
-  // The granularity is a power of two (checked at construction): masks, not
-  // divisions, on the allocation path.
-  const std::uintptr_t mask = granularity_ - 1;
-  const auto up = [mask](std::uintptr_t x) { return (x + mask) & ~mask; };
-  const auto down = [mask](std::uintptr_t x) { return x & ~mask; };
-  const auto whole = [&](std::uintptr_t begin, std::uintptr_t end) -> std::size_t {
-    return down(end) > up(begin) ? down(end) - up(begin) : 0;
-  };
+  using size_policy::align_down;
+  using size_policy::align_up;
+  using size_policy::whole_granules;
+  const std::size_t g = granularity_;  // a power of two, checked at construction
   const std::uintptr_t lo = b.address;
   const std::uintptr_t last = b.end() - size;  // the highest start
   // In order of preference: a later place must leave more whole granules.
   std::uintptr_t places[4];
   std::size_t n = 0;
-  if ((size & mask) == 0) {
-    places[n++] = up(lo);
-    places[n++] = down(last);
+  if (align_down(size, g) == size) {
+    places[n++] = align_up(lo, g);
+    places[n++] = align_down(last, g);
   }
   places[n++] = lo;
   places[n++] = last;
@@ -201,7 +197,7 @@ std::size_t caching_allocator::carve_offset(const block& b, std::size_t size) co
   for (std::size_t i = 0; i < n; ++i) {
     const std::uintptr_t p = places[i];
     if (p < lo || p > last) continue;
-    const std::size_t free = whole(lo, p) + whole(p + size, b.end());
+    const std::size_t free = whole_granules(lo, p, g) + whole_granules(p + size, b.end(), g);
     if (!found || free > best_free) {
       best = p;
       best_free = free;

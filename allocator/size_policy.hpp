@@ -36,10 +36,19 @@ constexpr std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1
 /// Rounds x down to a multiple of m. Requires: m > 0.
 constexpr std::size_t round_down(std::size_t x, std::size_t m) { return x / m * m; }
 
-/// Bytes of the whole granules of size g inside [begin, end). Requires: g > 0.
+/// Whether g can be a granule size: a power of two.
+constexpr bool is_power_of_two(std::size_t g) { return g != 0 && (g & (g - 1)) == 0; }
+
+/// x rounded down / up to a multiple of the granule size g, with masks (no
+/// division: these run when a block is carved). Requires: is_power_of_two(g).
+constexpr std::size_t align_down(std::size_t x, std::size_t g) { return x & ~(g - 1); }
+constexpr std::size_t align_up(std::size_t x, std::size_t g) { return align_down(x + g - 1, g); }
+
+/// Bytes of the whole granules of size g inside [begin, end).
+/// Requires: is_power_of_two(g).
 constexpr std::size_t whole_granules(std::size_t begin, std::size_t end, std::size_t g) {
-  const std::size_t first = round_up(begin, g);
-  const std::size_t last = round_down(end, g);
+  const std::size_t first = align_up(begin, g);
+  const std::size_t last = align_down(end, g);
   return last > first ? last - first : 0;
 }
 
