@@ -74,6 +74,7 @@ __all__ = [
     "record_trace",
     "budget",
     "step",
+    "split_channels",
     "ManagedProcessError",
 ]
 
@@ -108,3 +109,16 @@ def record_trace(path: str | os.PathLike[str], *, compute_scale: float = 1.0, mo
     from tensorpager import trace
 
     return trace.record_trace(path, compute_scale=compute_scale, model=model)
+
+
+def split_channels(model: Any = None, *, chain: Any = None, chunk_bytes: int | str = 8 << 20) -> Any:
+    """Runs model's Conv2d -> BatchNorm2d -> ReLU [-> MaxPool2d] stems in channel chunks, bit-identically.
+
+    ``split = tp.split_channels(model)``; ``split.remove()`` undoes it. A
+    stem's full-size intermediates then never exist, which lowers the floor
+    that no eviction reaches (docs/techniques.md). See
+    ``tensorpager.split.split_channels``.
+    """
+    from tensorpager import split
+
+    return split.split_channels(model, chain=chain, chunk_bytes=chunk_bytes)

@@ -169,8 +169,10 @@ class Lender:
 
     # --- giving back -------------------------------------------------------------------
     def give_back_params(self, module: Any) -> None:
-        """Before a replay of module's forward: its parameters, resident."""
-        for p in module.parameters():
+        """Before a replay of module's forward: the parameters it reads, resident."""
+        from tensorpager._replay import modules_read
+
+        for p in (p for m in modules_read(module) for p in m.parameters(recurse=False)):
             loan = self.lent.pop(id(p), None)
             if loan is not None:
                 loan[1].give_back()

@@ -124,12 +124,29 @@ class Segment:
         back.
         """
         clones: dict[int, Any] = {}  # one clone per buffer shared between modules
-        for owner in self.module.modules():
+        for owner in modules_read(self.module):
             for name, b in owner._buffers.items():
                 if b is None:
                     continue
                 held.append((owner, name, b))
                 owner._buffers[name] = clones.setdefault(id(b), b.detach().clone())
+
+
+def modules_read(module: Any) -> list:
+    """The modules whose parameters and buffers a forward of module reads.
+
+    Its own tree, and the trees of the modules that a module of it names in
+    ``__dict__["_tp_also_reads"]``: those a forward runs without calling them
+    as children (the rest of a split chain: Note [Patching by class] in
+    ``tensorpager/split.py``). A replay must give back their parameters and
+    swap their buffers as it does its own.
+    """
+    seen: dict[int, Any] = {}
+    for m in module.modules():
+        for other in (m, *m.__dict__.get("_tp_also_reads", ())):
+            for o in other.modules():
+                seen.setdefault(id(o), o)
+    return list(seen.values())
 
 
 class HeldInput:

@@ -1,0 +1,370 @@
+"""Channel-split stems: a convolution block run a few output channels at a time.
+
+``tp.split_channels(model)`` finds each ``Conv2d -> BatchNorm2d -> ReLU
+[-> MaxPool2d]`` chain of ``model`` (by tracing it with ``torch.fx``) and
+makes it run in output-channel chunks. Its full-size intermediates then never
+exist: the forward keeps only the chain's input, and the backward recomputes
+one chunk at a time. The result is bit-identical to the unsplit chain (Note
+[Why the split is exact]); the handle it returns undoes it::
+
+    split = tp.split_channels(model)        # model.conv1 .. model.maxpool
+    with tp.budget(0.3):
+        ...train...
+    split.remove()
+
+Why: under a budget, no eviction can lower the memory that one operator needs
+while it runs. A torchvision ResNet-18 at batch 32 and 160x160 holds 200 MiB
+in its stem's BatchNorm backward alone, 0.46 of the step's peak (Note [Budget
+floor] in tests/python/test_budget_resnet18.py); split, the stem's backward
+holds one 50 MiB tensor and chunks of a few MiB. This is checkpointing at a finer grain than a block, for the
+one block whose operators are the step's largest.
+
+Note [Why the split is exact]
+Every operator of the chain computes each output channel from that channel
+alone, except the convolution, which reads all input channels (so its input
+stays whole) but writes each output channel from its own filter. So the
+chunk [c0, c1) of the chain's output is the chain run with the filters,
+BatchNorm parameters and buffers [c0, c1), and in backward the BatchNorm,
+ReLU and pool gradients of a chunk come from that chunk's output gradient
+alone. Those kernels give the same bits on a chunk as on the whole (on the
+CPU, checked by tests/python/test_split.py over shapes, chunk sizes and
+thread counts). The convolution's weight gradient does not: it sums over the
+batch and the image, and oneDNN orders that sum by the tensor's shape (a
+chunk of filters gave other bits at batch 4, 64x64, though not at batch 32,
+160x160). So the backward gathers the convolution's output gradient whole,
+chunk by chunk, and makes the one ``convolution_backward`` call autograd would
+have made, for the input, weight and bias gradients at once. That whole
+gradient is the split's largest tensor: the size of the convolution's
+output, where the unsplit backward held four such tensors (the BatchNorm's
+input, its output gradient, its input gradient and temporaries). Grouped
+convolutions are not split (a chunk of filters would read a chunk of
+inputs). Untested on CUDA, where cuDNN picks kernels by shape too.
+
+Note [Running statistics]
+The forward runs each chunk's BatchNorm as ``nn.BatchNorm2d.forward`` does,
+on slices of its buffers, so the running mean and variance are updated once,
+per channel, as unsplit (``num_batches_tracked`` once per call). The
+backward's recompute passes no running buffers: in training mode BatchNorm
+normalises with the batch's statistics, which it computes again, exactly,
+from the same input; in evaluation mode it uses the unchanged running buffers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from tensorpager import _sizes
+
+DEFAULT_CHUNK_BYTES = 8 << 20
+
+
+def _count_batch(bn: nn.BatchNorm2d) -> float:
+    """What nn.BatchNorm2d.forward does before it normalises: counts the batch, returns the average's factor."""
+    factor = 0.0 if bn.momentum is None else bn.momentum
+    if bn.training and bn.track_running_stats and bn.num_batches_tracked is not None:
+        bn.num_batches_tracked.add_(1)
+        factor = 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
+    return factor
+
+
+@dataclasses.dataclass
+class _Chain:
+    conv: nn.Conv2d
+    bn: nn.BatchNorm2d
+    act: nn.ReLU
+    pool: nn.MaxPool2d | None
+    chunk_bytes: int
+
+    def chunks(self, x: torch.Tensor) -> Iterator[tuple[int, int]]:
+        """Output-channel ranges whose convolution output is about chunk_bytes each."""
+        n, _, h, w = x.shape
+        sh, sw = self.conv.stride
+        per_channel = max(1, n * -(-h // sh) * -(-w // sw) * x.element_size())
+        step = max(1, self.chunk_bytes // per_channel)
+        channels = self.conv.out_channels
+        return ((c, min(c + step, channels)) for c in range(0, channels, step))
+
+    def conv_chunk(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        """The convolution's output channels for the filters w (a slice of its weight)."""
+        conv = self.conv
+        return F.conv2d(x, w, b, conv.stride, conv.padding, conv.dilation, conv.groups)
+
+    def tail(self, y: torch.Tensor, c0: int, c1: int, bw: torch.Tensor | None, bb: torch.Tensor | None,
+             running: bool, factor: float) -> torch.Tensor:
+        """BatchNorm, ReLU and pool on the convolution's channels [c0, c1) (Note [Running statistics])."""
+        bn, pool = self.bn, self.pool
+        use_buffers = not bn.training or bn.track_running_stats
+        rm = bn.running_mean[c0:c1] if use_buffers and bn.running_mean is not None else None
+        rv = bn.running_var[c0:c1] if use_buffers and bn.running_var is not None else None
+        batch_stats = bn.training or (rm is None and rv is None)
+        if batch_stats and not running:
+            rm = rv = None  # the recompute: the batch's statistics again, buffers untouched
+        y = F.batch_norm(y, rm, rv, bw, bb, batch_stats, factor, bn.eps)
+        y = F.relu(y, inplace=self.act.inplace)
+        if pool is not None:
+            y = F.max_pool2d(y, pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode)
+        return y
+
+    def params(self) -> list[torch.Tensor | None]:
+        return [self.conv.weight, self.conv.bias, self.bn.weight, self.bn.bias]
+
+    def splits(self, x: torch.Tensor) -> bool:
+        """Whether this call runs split: exact (Note [Why the split is exact]) and worth it.
+
+        Not under autocast: the backward's recompute runs outside it, so it
+        would compute in another precision than the forward did."""
+        if x.dim() != 4 or not x.is_contiguous() or torch.is_autocast_enabled(x.device.type):
+            return False
+        return sum(1 for _ in self.chunks(x)) > 1
+
+    def unsplit(self, x: torch.Tensor) -> torch.Tensor:
+        y = nn.Conv2d.forward(self.conv, x)
+        y = nn.BatchNorm2d.forward(self.bn, y)
+        y = nn.ReLU.forward(self.act, y)
+        return y if self.pool is None else nn.MaxPool2d.forward(self.pool, y)
+
+    def split(self, x: torch.Tensor) -> torch.Tensor:
+        factor = _count_batch(self.bn)
+        return _SplitChain.apply(x, self, factor, *self.params())
+
+
+class _SplitChain(torch.autograd.Function):
+    """The chain run chunk by chunk; backward recomputes each chunk and differentiates it alone."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, chain: _Chain, factor: float, *params: torch.Tensor | None) -> torch.Tensor:
+        out = None
+        for c0, c1 in chain.chunks(x):
+            w, b, bw, bb = _slices(params, c0, c1)
+            y = chain.tail(chain.conv_chunk(x, w, b), c0, c1, bw, bb, running=True, factor=factor)
+            if out is None:
+                out = y.new_empty((y.shape[0], chain.conv.out_channels, *y.shape[2:]))
+            out[:, c0:c1].copy_(y)
+            del y
+        ctx.chain, ctx.factor = chain, factor
+        ctx.save_for_backward(x, *params)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, w, b, bw, bb = ctx.saved_tensors
+        chain: _Chain = ctx.chain
+        need_x, _, _, need_w, need_b, need_bw, need_bb = ctx.needs_input_grad
+        need_bw, need_bb = need_bw and bw is not None, need_bb and bb is not None
+        grad_y = None  # the convolution's output gradient, whole (Note [Why the split is exact])
+        grad_bw = torch.empty_like(bw) if need_bw else None
+        grad_bb = torch.empty_like(bb) if need_bb else None
+        for c0, c1 in chain.chunks(x):
+            wc, bc, bwc, bbc = _slices((w, b, bw, bb), c0, c1)
+            with torch.no_grad():
+                y = chain.conv_chunk(x, wc, bc)
+            if grad_y is None:
+                grad_y = y.new_empty((y.shape[0], chain.conv.out_channels, *y.shape[2:]))
+            with torch.enable_grad():
+                y.requires_grad_()
+                bwc = bwc if bwc is None else bwc.detach().requires_grad_(need_bw)
+                bbc = bbc if bbc is None else bbc.detach().requires_grad_(need_bb)
+                out = chain.tail(y, c0, c1, bwc, bbc, running=False, factor=ctx.factor)
+                inputs = [y] + [bwc] * need_bw + [bbc] * need_bb
+                grads = iter(torch.autograd.grad(out, inputs, grad_out[:, c0:c1].contiguous()))
+                del out
+            grad_y[:, c0:c1].copy_(next(grads))
+            if need_bw:
+                grad_bw[c0:c1].copy_(next(grads))
+            if need_bb:
+                grad_bb[c0:c1].copy_(next(grads))
+            del y, grads
+        conv = chain.conv
+        grad_x, grad_w, grad_b = torch.ops.aten.convolution_backward(
+            grad_y, x, w, None if b is None else [b.shape[0]], conv.stride, conv.padding, conv.dilation, False,
+            [0, 0], conv.groups, [need_x, need_w, need_b and b is not None])
+        return (grad_x, None, None, grad_w, grad_b, grad_bw, grad_bb)
+
+
+def _slices(params: Any, c0: int, c1: int) -> list[torch.Tensor | None]:
+    return [p if p is None else p[c0:c1] for p in params]
+
+
+# Note [Patching by class]
+# A split chain keeps its modules where they are, so the model's state_dict,
+# its parameters (and an optimizer built on them), hooks and isinstance checks
+# are unchanged: only the modules' classes are swapped for subclasses. The
+# convolution's runs the whole chain; the others pass their input through,
+# since it is already their output. A subclass, not a patched ``forward``
+# attribute, so that copy.deepcopy and pickle give a copy that refers to its
+# own modules. remove() swaps the classes back.
+#
+# The convolution's forward now reads modules that are not its children.
+# tensorpager's recompute replays a module's forward with clones of its
+# buffers, so that BatchNorm's running statistics count a batch once: the
+# convolution names the rest of the chain in ``_tp_also_reads`` for it
+# (``_replay.modules_read``), or a replay would update them twice.
+
+
+class _SplitConv2d(nn.Conv2d):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # The rest of the chain, not the chain: a chain refers to this module,
+        # which must not refer back (a cycle would keep a model alive until
+        # Python's cyclic collector ran, and its tensors with it).
+        chain = _Chain(self, *self.__dict__["_tp_chain"])
+        return chain.split(x) if chain.splits(x) else chain.unsplit(x)
+
+
+class _PassedBatchNorm2d(nn.BatchNorm2d):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+class _PassedReLU(nn.ReLU):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+class _PassedMaxPool2d(nn.MaxPool2d):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+_PASSED = {nn.BatchNorm2d: _PassedBatchNorm2d, nn.ReLU: _PassedReLU, nn.MaxPool2d: _PassedMaxPool2d}
+
+
+class SplitHandle:
+    """What split_channels changed: ``chains`` (the modules' qualified names), and ``remove()``."""
+
+    def __init__(self, chains: list[tuple[str, ...]], modules: list[nn.Module]) -> None:
+        self.chains = chains
+        self._modules = modules
+
+    def remove(self) -> None:
+        """Runs the chains unsplit again."""
+        for m in self._modules:
+            m.__class__ = m.__class__.__bases__[0]
+            m.__dict__.pop("_tp_chain", None)
+            m.__dict__.pop("_tp_also_reads", None)
+        self._modules = []
+
+    def __repr__(self) -> str:
+        return f"SplitHandle(chains={self.chains!r})"
+
+
+def _find_chains(model: nn.Module) -> list[tuple[str, ...]]:
+    """Names of each Conv2d -> BatchNorm2d -> ReLU [-> MaxPool2d] run in sequence, each module called once."""
+    import gc
+
+    try:
+        return _trace_chains(model)
+    finally:
+        # An fx graph is a web of cycles that refers to the model's modules:
+        # left to the cyclic collector, it would keep a model the program has
+        # dropped (and its parameters and gradients) alive, in memory a
+        # budget counts.
+        gc.collect()
+
+
+def _trace_chains(model: nn.Module) -> list[tuple[str, ...]]:
+    import torch.fx
+
+    try:
+        graph = torch.fx.symbolic_trace(model).graph
+    except Exception as e:  # fx raises many kinds on control flow it cannot trace
+        raise ValueError(
+            f"split_channels: cannot trace {type(model).__name__} with torch.fx ({type(e).__name__}: {e}); "
+            "pass the chain's modules instead: split_channels(chain=(conv, bn, relu[, maxpool]))") from e
+    calls: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.op == "call_module":
+            calls[node.target] = calls.get(node.target, 0) + 1
+    kinds = (nn.Conv2d, nn.BatchNorm2d, nn.ReLU, nn.MaxPool2d)
+
+    def module(node: Any, kind: type) -> nn.Module | None:
+        if node.op != "call_module" or calls[node.target] != 1:
+            return None
+        m = model.get_submodule(node.target)
+        return m if type(m) is kind else None
+
+    def next_in_chain(node: Any) -> Any:
+        """The node's only user, when it takes the node as its only argument."""
+        users = list(node.users)
+        if len(users) != 1 or users[0].args != (node,) or users[0].kwargs:
+            return None
+        return users[0]
+
+    chains = []
+    for node in graph.nodes:
+        names, cur = [], node
+        for kind in kinds:
+            if cur is None or module(cur, kind) is None:
+                break
+            names.append(cur.target)
+            cur = next_in_chain(cur)
+        if len(names) >= 3:
+            chains.append(tuple(names))
+    return chains
+
+
+def _check(chain: tuple[nn.Module, ...]) -> str | None:
+    """Why this chain cannot be split, or None."""
+    conv, bn, act, *pool = chain
+    if type(conv) is not nn.Conv2d or type(bn) is not nn.BatchNorm2d or type(act) is not nn.ReLU:
+        return "it is not Conv2d, BatchNorm2d, ReLU[, MaxPool2d] (exactly these classes)"
+    if pool and (type(pool[0]) is not nn.MaxPool2d or pool[0].return_indices):
+        return "its fourth module is not a MaxPool2d without return_indices"
+    if len(pool) > 1:
+        return "it has more than four modules"
+    if conv.groups != 1 or conv.padding_mode != "zeros" or isinstance(conv.padding, str):
+        return "its convolution is grouped, pads other than with zeros, or names its padding ('same', 'valid')"
+    if bn.num_features != conv.out_channels:
+        return "its BatchNorm2d does not have the convolution's output channels"
+    return None
+
+
+def split_channels(model: nn.Module | None = None, *, chain: tuple[nn.Module, ...] | None = None,
+                   chunk_bytes: int | str = DEFAULT_CHUNK_BYTES) -> SplitHandle:
+    """Runs model's Conv2d -> BatchNorm2d -> ReLU [-> MaxPool2d] chains in output-channel chunks.
+
+    Found by tracing model with torch.fx (each module called once, each
+    output used only by the next); or name one chain with ``chain=``. A chunk's
+    convolution output is about ``chunk_bytes`` (a size: ``"8MiB"``, bytes);
+    a call too small for two chunks runs unsplit. Returns a handle whose ``remove()`` undoes it. Raises ValueError
+    when there is nothing to split, naming why.
+    """
+    try:
+        size = _sizes.parse_size(chunk_bytes) if isinstance(chunk_bytes, str) else chunk_bytes
+    except ValueError as e:
+        raise ValueError(f"split_channels: chunk_bytes must be a positive size such as '8MiB' or 8388608, "
+                         f"got {chunk_bytes!r} ({e})") from None
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        raise ValueError(f"split_channels: chunk_bytes must be a positive size such as '8MiB' or 8388608, "
+                         f"got {chunk_bytes!r}")
+    if (model is None) == (chain is None):
+        raise ValueError("split_channels: pass a model, or chain=(conv, bn, relu[, maxpool]), not both")
+    if chain is not None:
+        named = [tuple(f"chain[{i}]" for i in range(len(chain)))]
+        chains = [tuple(chain)]
+    else:
+        named = _find_chains(model)
+        chains = [tuple(model.get_submodule(n) for n in names) for names in named]
+        if not chains:
+            raise ValueError(f"split_channels: {type(model).__name__} has no Conv2d -> BatchNorm2d -> ReLU chain "
+                             "whose modules are each called once, one after another")
+    for names, modules in zip(named, chains):
+        split_already = any(type(m) in (_SplitConv2d, *_PASSED.values()) for m in modules)
+        why = "it is split already" if split_already else _check(modules)
+        if why is not None:
+            raise ValueError(f"split_channels: cannot split {' -> '.join(names)}: {why}")
+    touched: list[nn.Module] = []
+    for conv, bn, act, *pool in chains:
+        conv.__dict__["_tp_chain"] = (bn, act, pool[0] if pool else None, size)
+        conv.__dict__["_tp_also_reads"] = (bn, act, *pool)  # for tensorpager's replays (_replay.modules_read)
+        conv.__class__ = _SplitConv2d
+        for m in (bn, act, *pool):
+            m.__class__ = _PASSED[type(m)]
+        touched += [conv, bn, act, *pool]
+    return SplitHandle(named, touched)
