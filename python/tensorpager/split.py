@@ -62,6 +62,11 @@ from torch.autograd.function import once_differentiable
 from tensorpager import _sizes
 
 DEFAULT_CHUNK_BYTES = 8 << 20
+# Chunks are whole multiples of 8 channels: oneDNN computes float32 output
+# channels 8 at a time with AVX2 (16 with AVX-512), and a ResNet-18 stem at
+# batch 256, 96x96, ran its forward and backward 1.9x slower than unsplit in
+# chunks of 4 channels, 5.8x in chunks of 1, and 1.2x in chunks of 8 or 16.
+CHANNEL_QUANTUM = 8
 
 
 def _count_batch(bn: nn.BatchNorm2d) -> float:
@@ -82,11 +87,12 @@ class _Chain:
     chunk_bytes: int
 
     def chunks(self, x: torch.Tensor) -> Iterator[tuple[int, int]]:
-        """Output-channel ranges whose convolution output is about chunk_bytes each."""
+        """Output-channel ranges: a multiple of CHANNEL_QUANTUM channels, the most whose convolution
+        output fits in chunk_bytes, and never fewer than CHANNEL_QUANTUM."""
         n, _, h, w = x.shape
         sh, sw = self.conv.stride
         per_channel = max(1, n * -(-h // sh) * -(-w // sw) * x.element_size())
-        step = max(1, self.chunk_bytes // per_channel)
+        step = max(CHANNEL_QUANTUM, self.chunk_bytes // per_channel // CHANNEL_QUANTUM * CHANNEL_QUANTUM)
         channels = self.conv.out_channels
         return ((c, min(c + step, channels)) for c in range(0, channels, step))
 
@@ -330,10 +336,12 @@ def split_channels(model: nn.Module | None = None, *, chain: tuple[nn.Module, ..
     """Runs model's Conv2d -> BatchNorm2d -> ReLU [-> MaxPool2d] chains in output-channel chunks.
 
     Found by tracing model with torch.fx (each module called once, each
-    output used only by the next); or name one chain with ``chain=``. A chunk's
-    convolution output is about ``chunk_bytes`` (a size: ``"8MiB"``, bytes);
-    a call too small for two chunks runs unsplit. Returns a handle whose ``remove()`` undoes it. Raises ValueError
-    when there is nothing to split, naming why.
+    output used only by the next); or name one chain with ``chain=``. A chunk
+    is the most output channels, in multiples of 8, whose convolution output
+    fits in ``chunk_bytes`` (a size: ``"8MiB"``, or bytes), and never fewer
+    than 8; a call too small for two chunks runs unsplit. Returns a handle
+    whose ``remove()`` undoes it. Raises ValueError when there is nothing to
+    split, naming why.
     """
     try:
         size = _sizes.parse_size(chunk_bytes) if isinstance(chunk_bytes, str) else chunk_bytes

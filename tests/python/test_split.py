@@ -18,23 +18,24 @@ import torchvision
 from torch import nn
 
 from tensorpager import _replay
+from tensorpager import split as split_module
 from tensorpager.split import split_channels
 
 
 def _stem_net(momentum: float | None = 0.1, bias: bool = False, pool: bool = True) -> nn.Module:
     torch.manual_seed(0)
-    layers = [nn.Conv2d(3, 24, 7, stride=2, padding=3, bias=bias), nn.BatchNorm2d(24, momentum=momentum),
+    layers = [nn.Conv2d(3, 20, 7, stride=2, padding=3, bias=bias), nn.BatchNorm2d(20, momentum=momentum),
               nn.ReLU(inplace=True)]
     if pool:
         layers.append(nn.MaxPool2d(3, stride=2, padding=1))
-    layers += [nn.Conv2d(24, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-               nn.Linear(8, 5)]
+    layers += [nn.Conv2d(20, 12, 3, padding=1), nn.BatchNorm2d(12), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+               nn.Linear(12, 5)]
     return nn.Sequential(*layers)
 
 
-# The stem's output channel, 4 x 32 x 32 floats: 16 KiB. 80 KiB chunks: 5
-# channels, the last of the stem's chunks 4.
-CHUNK = 5 * 4 * 32 * 32 * 4
+# The fewest channels a chunk has: 8. The stem's 20 channels run in chunks of
+# 8, 8 and 4; the second chain's 12 in 8 and 4.
+CHUNK = 1
 
 
 def _train(model: nn.Module, steps: int = 3) -> list[str]:
@@ -107,9 +108,17 @@ def test_chunks_give_the_kernels_bits(threads: int, n: int, size: int, channels:
 def test_split_runs_in_chunks_and_recomputes_them_in_backward() -> None:
     split = _stem_net()
     split_channels(split, chunk_bytes=CHUNK)
-    out = split[0](torch.randn(4, 3, 64, 64))
+    x = torch.randn(4, 3, 64, 64)
+    out = split[0](x)
     assert type(out.grad_fn).__name__ == "_SplitChainBackward"
-    assert out.shape == (4, 24, 16, 16)
+    assert out.shape == (4, 20, 16, 16)
+    chain = split_module._Chain(split[0], *split[0].__dict__["_tp_chain"])
+    assert list(chain.chunks(x)) == [(0, 8), (8, 16), (16, 20)]
+    # Multiples of 8 channels whose output (4 x 32 x 32 floats = 16 KiB a
+    # channel) fits in chunk_bytes; never fewer than 8.
+    for chunk_bytes, step in ((16 * 16384, 16), (16 * 16384 - 1, 8), (23 * 16384, 16), (10**9, 24)):
+        chain.chunk_bytes = chunk_bytes
+        assert next(iter(chain.chunks(x))) == (0, min(step, 20)), chunk_bytes
 
 
 def test_an_input_that_needs_a_gradient_gets_the_same_gradient() -> None:
