@@ -9,7 +9,8 @@ GPT-2-style decoder and a torchvision ResNet-18, each with
   * ``torch.autograd.graph.save_on_cpu``;
   * ``torch.compile`` with ``torch._functorch.config.activation_memory_budget``;
   * tensorpager's runtime with each policy (lru, dtr, capuchin, hybrid),
-    ``tp.budget(cap)``.
+    ``tp.budget(cap)``; and, for ResNet-18, the same after
+    ``tp.split_channels(model)`` (its stem run in channel chunks).
 
 A batch "fits" when 3 training steps finish under the cap. Every trial runs in
 its own interpreter; the largest batch is found by doubling, then bisection,
@@ -50,7 +51,9 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 from tensorpager import _sizes  # noqa: E402  (the project's size grammar; imports no torch)
 MiB = 1 << 20
 POLICIES = ("lru", "dtr", "capuchin", "hybrid")
-METHODS = ("allocator", "allocator+es", "checkpoint", "save_on_cpu", "compile") + tuple(f"tp:{p}" for p in POLICIES)
+# tp:POLICY+split: tp.split_channels(model) too (ResNet-18's stem; the GPT has no Conv2d chain, so no row).
+METHODS = ("allocator", "allocator+es", "checkpoint", "save_on_cpu", "compile") + tuple(f"tp:{p}" for p in POLICIES) \
+    + tuple(f"tp:{p}+split" for p in POLICIES)
 LABELS = {
     "allocator": "allocator alone (what PyTorch fits)",
     "allocator+es": "allocator alone, expandable segments",
@@ -58,6 +61,7 @@ LABELS = {
     "save_on_cpu": "save_on_cpu",
     "compile": "torch.compile, activation_memory_budget",
     **{f"tp:{p}": f"tensorpager {p}" for p in POLICIES},
+    **{f"tp:{p}+split": f"tensorpager {p}, split stem" for p in POLICIES},
 }
 
 CHILD = r"""
@@ -125,6 +129,8 @@ else:
     y = torch.randint(0, 10, (batch,), device=device)
     loss_of = lambda out: F.cross_entropy(out, y)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    if method.endswith("+split"):
+        tp.split_channels(model)
 
 if method == "checkpoint":
     import torch.utils.checkpoint as cp
@@ -159,7 +165,7 @@ def step():
     opt.step()
 
 
-scope = tp.budget(cap, policy=method[3:]) if method.startswith("tp:") else None
+scope = tp.budget(cap, policy=method[3:].removesuffix("+split")) if method.startswith("tp:") else None
 out = {}
 try:
     if scope is not None:
@@ -295,6 +301,8 @@ def main() -> None:
         base_b, base_r = largest_batch(model, "allocator", a.start, a, probe_log)
         base_ps = base_r["step_s"] / base_b if base_b else None
         for m in methods:
+            if m.endswith("+split") and model == "gpt":
+                continue
             # tensorpager's rows start at twice the baseline's batch (it fits what the allocator fits).
             start = max(1, base_b * (2 if m.startswith("tp:") else 1))
             b, r = (base_b, base_r) if m == "allocator" else largest_batch(model, m, start, a, probe_log)
