@@ -9,8 +9,9 @@ GPT-2-style decoder and a torchvision ResNet-18, each with
   * ``torch.autograd.graph.save_on_cpu``;
   * ``torch.compile`` with ``torch._functorch.config.activation_memory_budget``;
   * tensorpager's runtime with each policy (lru, dtr, capuchin, hybrid),
-    ``tp.budget(cap)``; and, for ResNet-18, the same after
-    ``tp.split_channels(model)`` (its stem run in channel chunks).
+    ``tp.budget(cap)``; and the same with the model's largest operators
+    split: ``tp.split_channels(model)`` (ResNet-18's stem, in channel chunks)
+    and ``tp.split_cross_entropy`` (the GPT's head and loss, in row chunks).
 
 A batch "fits" when 3 training steps finish under the cap. Every trial runs in
 its own interpreter; the largest batch is found by doubling, then bisection,
@@ -51,7 +52,8 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 from tensorpager import _sizes  # noqa: E402  (the project's size grammar; imports no torch)
 MiB = 1 << 20
 POLICIES = ("lru", "dtr", "capuchin", "hybrid")
-# tp:POLICY+split: tp.split_channels(model) too (ResNet-18's stem; the GPT has no Conv2d chain, so no row).
+# tp:POLICY+split: tensorpager's operator splits too: tp.split_channels(model) on ResNet-18's stem,
+# tp.split_cross_entropy for the GPT's tied head and loss.
 METHODS = ("allocator", "allocator+es", "checkpoint", "save_on_cpu", "compile") + tuple(f"tp:{p}" for p in POLICIES) \
     + tuple(f"tp:{p}+split" for p in POLICIES)
 LABELS = {
@@ -61,7 +63,7 @@ LABELS = {
     "save_on_cpu": "save_on_cpu",
     "compile": "torch.compile, activation_memory_budget",
     **{f"tp:{p}": f"tensorpager {p}" for p in POLICIES},
-    **{f"tp:{p}+split": f"tensorpager {p}, split stem" for p in POLICIES},
+    **{f"tp:{p}+split": f"tensorpager {p}, split" for p in POLICIES},
 }
 
 CHILD = r"""
@@ -105,12 +107,14 @@ class Gpt(nn.Module):
         self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
         self.blocks = nn.ModuleList([Block(d, heads) for _ in range(layers)])
         self.ln = nn.LayerNorm(d)
+        self.head = True  # False: forward returns the head's input (tp.split_cross_entropy applies the head)
 
     def forward(self, idx):
         x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
         for b in self.blocks:
             x = b(x)
-        return self.ln(x) @ self.tok.weight.t()  # tied head
+        x = self.ln(x)
+        return x @ self.tok.weight.t() if self.head else x  # tied head
 
 
 g = args["gpt"]
@@ -121,6 +125,9 @@ if args["model"] == "gpt":
     y = torch.randint(0, g["vocab"], (batch, g["seq"]), device=device)
     loss_of = lambda out: F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    if method.endswith("+split"):  # the same loss, the logits never whole (tp.split_cross_entropy)
+        model.head = False
+        loss_of = lambda h: tp.split_cross_entropy(h, model.tok.weight, y)
 else:
     import torchvision
     model = torchvision.models.resnet18(num_classes=10).to(device)
@@ -301,8 +308,6 @@ def main() -> None:
         base_b, base_r = largest_batch(model, "allocator", a.start, a, probe_log)
         base_ps = base_r["step_s"] / base_b if base_b else None
         for m in methods:
-            if m.endswith("+split") and model == "gpt":
-                continue
             # tensorpager's rows start at twice the baseline's batch (it fits what the allocator fits).
             start = max(1, base_b * (2 if m.startswith("tp:") else 1))
             b, r = (base_b, base_r) if m == "allocator" else largest_batch(model, m, start, a, probe_log)

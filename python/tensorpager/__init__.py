@@ -75,6 +75,7 @@ __all__ = [
     "budget",
     "step",
     "split_channels",
+    "split_cross_entropy",
     "ManagedProcessError",
 ]
 
@@ -122,3 +123,12 @@ def split_channels(model: Any = None, *, chain: Any = None, chunk_bytes: int | s
     from tensorpager import split
 
     return split.split_channels(model, chain=chain, chunk_bytes=chunk_bytes)
+
+
+def split_cross_entropy(hidden: Any, weight: Any, target: Any, **options: Any) -> Any:
+    """``F.cross_entropy((hidden @ weight.t()).reshape(-1, V), target.reshape(-1))``, bit-identically,
+    with the logits never whole: a language model's head and loss in row chunks (docs/techniques.md).
+    See ``tensorpager.split_loss.split_cross_entropy``."""
+    from tensorpager import split_loss
+
+    return split_loss.split_cross_entropy(hidden, weight, target, **options)
