@@ -136,6 +136,21 @@ def parse_size(text: str) -> int:
     return value
 
 
+def positive_size(value: int | str, what: str) -> int:
+    """value as bytes: a size string (Note [Size grammar]) or an int, > 0.
+
+    Raises ValueError naming ``what`` (the argument, as the caller spells it),
+    the value and the accepted forms."""
+    detail = ""
+    try:
+        size = parse_size(value) if isinstance(value, str) else value
+    except ValueError as e:
+        size, detail = None, f" ({e})"
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        raise ValueError(f"{what} must be a positive size such as '8MiB' or 8388608, got {value!r}{detail}")
+    return size
+
+
 def looks_like_ratio(text: str) -> bool:
     """True when text (trimmed) is digits, a point and digits, and nothing else."""
     parts = _split_number(text.strip(_BLANKS))

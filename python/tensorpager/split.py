@@ -343,14 +343,7 @@ def split_channels(model: nn.Module | None = None, *, chain: tuple[nn.Module, ..
     whose ``remove()`` undoes it. Raises ValueError when there is nothing to
     split, naming why.
     """
-    try:
-        size = _sizes.parse_size(chunk_bytes) if isinstance(chunk_bytes, str) else chunk_bytes
-    except ValueError as e:
-        raise ValueError(f"split_channels: chunk_bytes must be a positive size such as '8MiB' or 8388608, "
-                         f"got {chunk_bytes!r} ({e})") from None
-    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
-        raise ValueError(f"split_channels: chunk_bytes must be a positive size such as '8MiB' or 8388608, "
-                         f"got {chunk_bytes!r}")
+    size = _sizes.positive_size(chunk_bytes, "split_channels: chunk_bytes")
     if (model is None) == (chain is None):
         raise ValueError("split_channels: pass a model, or chain=(conv, bn, relu[, maxpool]), not both")
     if chain is not None:

@@ -106,14 +106,7 @@ def split_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torc
     expression (Note [Why the split loss is exact]); once differentiable.
     Raises ValueError on shapes or options it does not take, naming them.
     """
-    try:
-        size = _sizes.parse_size(chunk_bytes) if isinstance(chunk_bytes, str) else chunk_bytes
-    except ValueError as e:
-        raise ValueError(f"split_cross_entropy: chunk_bytes must be a positive size such as '32MiB', "
-                         f"got {chunk_bytes!r} ({e})") from None
-    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
-        raise ValueError(f"split_cross_entropy: chunk_bytes must be a positive size such as '32MiB', "
-                         f"got {chunk_bytes!r}")
+    size = _sizes.positive_size(chunk_bytes, "split_cross_entropy: chunk_bytes")
     if reduction not in ("mean", "sum"):
         raise ValueError(f"split_cross_entropy: reduction must be 'mean' or 'sum', got {reduction!r}")
     if weight.dim() != 2 or hidden.shape[-1] != weight.shape[1]:

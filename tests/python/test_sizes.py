@@ -102,3 +102,11 @@ def test_exact_formatting_round_trips(n: int, text: str) -> None:
 def test_human_formatting() -> None:
     assert _sizes.format_bytes_human(512) == "512 B"
     assert _sizes.format_bytes_human(3 * GiB // 2) == "1.50 GiB"
+
+
+def test_positive_size_takes_sizes_and_ints_and_names_what_it_refuses() -> None:
+    assert _sizes.positive_size("8MiB", "x") == 8 << 20
+    assert _sizes.positive_size(4096, "x") == 4096
+    for bad in ("0", 0, -1, "lots", True, 1.5):
+        with pytest.raises(ValueError, match=r"^chunk_bytes must be a positive size such as '8MiB'.*got " + repr(bad)):
+            _sizes.positive_size(bad, "chunk_bytes")

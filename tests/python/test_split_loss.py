@@ -91,5 +91,5 @@ def test_split_loss_refuses_what_it_does_not_take() -> None:
         split_cross_entropy(h, torch.randn(10, 5), y)
     with pytest.raises(ValueError, match=r"target must be int64 of shape \(2, 8\)"):
         split_cross_entropy(h, w, y[:, :4])
-    with pytest.raises(ValueError, match="chunk_bytes must be a positive size.*'big'"):
+    with pytest.raises(ValueError, match="split_cross_entropy: chunk_bytes must be a positive size.*'big'"):
         split_cross_entropy(h, w, y, chunk_bytes="big")
