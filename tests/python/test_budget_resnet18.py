@@ -29,12 +29,12 @@ of 3.
 
 Below 0.5 the stem must be split: tp.split_channels(model) runs it in
 channel chunks (Note [Why the split is exact] in tensorpager/split.py), so
-its backward holds the convolution's output gradient (50 MiB), the copy of
-it that oneDNN's weight-gradient kernel makes (50 MiB), the incoming
+its backward holds the convolution's output gradient (50 MiB), as much again
+that the CPU's convolution_backward allocates beside it (measured), the incoming
 gradient (12.5 MiB) and the input batch (9 MiB): 122 MiB, 0.28 of the
 unsplit peak. The budget is then a share of the unsplit run's peak, in
 bytes. `hybrid`, `lru` and `capuchin` train at 0.32 (139 MiB); at 0.3 (130
-MiB) the 50 MiB copy finds too few free whole granules (8 MiB of margin).
+MiB) that second 50 MiB finds too few free whole granules (8 MiB of margin).
 `dtr` trains at 0.34: its forward keeps what it cannot drop, and at 0.32 it
 runs out in the stem's backward.
 """
