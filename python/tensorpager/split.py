@@ -96,6 +96,12 @@ class _Chain:
         channels = self.conv.out_channels
         return ((c, min(c + step, channels)) for c in range(0, channels, step))
 
+    def conv_out_shape(self, x: torch.Tensor) -> tuple[int, ...]:
+        conv = self.conv
+        size = [(n + 2 * p - d * (k - 1) - 1) // s + 1
+                for n, p, d, k, s in zip(x.shape[2:], conv.padding, conv.dilation, conv.kernel_size, conv.stride)]
+        return (x.shape[0], conv.out_channels, *size)
+
     def conv_chunk(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
         """The convolution's output channels for the filters w (a slice of its weight)."""
         conv = self.conv
@@ -164,34 +170,40 @@ class _SplitChain(torch.autograd.Function):
         chain: _Chain = ctx.chain
         need_x, _, _, need_w, need_b, need_bw, need_bb = ctx.needs_input_grad
         need_bw, need_bb = need_bw and bw is not None, need_bb and bb is not None
-        grad_y = None  # the convolution's output gradient, whole (Note [Why the split is exact])
+        # The convolution's output gradient, whole (Note [Why the split is exact]).
+        grad_y = x.new_empty(chain.conv_out_shape(x))
         grad_bw = torch.empty_like(bw) if need_bw else None
         grad_bb = torch.empty_like(bb) if need_bb else None
         for c0, c1 in chain.chunks(x):
             wc, bc, bwc, bbc = _slices((w, b, bw, bb), c0, c1)
             with torch.no_grad():
                 y = chain.conv_chunk(x, wc, bc)
-            if grad_y is None:
-                grad_y = y.new_empty((y.shape[0], chain.conv.out_channels, *y.shape[2:]))
-            with torch.enable_grad():
+            # Identity hooks: what a chunk's recompute saves lives only until
+            # the next line but one, so it is not a runtime's to manage (and a
+            # runtime holding it would hold a chunk through convolution_backward).
+            with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(_same, _same):
                 y.requires_grad_()
                 bwc = bwc if bwc is None else bwc.detach().requires_grad_(need_bw)
                 bbc = bbc if bbc is None else bbc.detach().requires_grad_(need_bb)
                 out = chain.tail(y, c0, c1, bwc, bbc, running=False, factor=ctx.factor)
-                inputs = [y] + [bwc] * need_bw + [bbc] * need_bb
-                grads = iter(torch.autograd.grad(out, inputs, grad_out[:, c0:c1].contiguous()))
+                grads = iter(torch.autograd.grad(out, [y] + [bwc] * need_bw + [bbc] * need_bb,
+                                                 grad_out[:, c0:c1].contiguous()))
                 del out
             grad_y[:, c0:c1].copy_(next(grads))
             if need_bw:
                 grad_bw[c0:c1].copy_(next(grads))
             if need_bb:
                 grad_bb[c0:c1].copy_(next(grads))
-            del y, grads
+            del y, grads  # nothing of a chunk outlives it: convolution_backward comes next
         conv = chain.conv
         grad_x, grad_w, grad_b = torch.ops.aten.convolution_backward(
             grad_y, x, w, None if b is None else [b.shape[0]], conv.stride, conv.padding, conv.dilation, False,
             [0, 0], conv.groups, [need_x, need_w, need_b and b is not None])
         return (grad_x, None, None, grad_w, grad_b, grad_bw, grad_bb)
+
+
+def _same(t: torch.Tensor) -> torch.Tensor:
+    return t
 
 
 def _slices(params: Any, c0: int, c1: int) -> list[torch.Tensor | None]:
