@@ -76,7 +76,12 @@ class Lender:
         self.lent: dict[int, tuple[Any, Any]] = {}  # id(tensor) -> (tensor, LentStorage)
         self.unpacked: set[int] = set()  # ids of parameters whose saved copies were all unpacked
         self.accumulated: list[Any] = []  # parameters whose gradient this backward has accumulated
-        self.node: Any = None  # the autograd node that unpacked last (held: its wrapper stays the same)
+        # The autograd node that unpacked last, by (sequence number, name): not
+        # the node itself, whose graph would stay alive through it (a tensor
+        # saved in a graph built inside a backward stayed allocated until the
+        # next unpack). Two nodes that share the key (created on two threads)
+        # only delay a loan to the next node, which is safe.
+        self.node: Any = None
         self.in_backward = False
         self.hooks: dict[int, Any] = {}  # id(param) -> post-accumulate-grad hook handle
         self.distributed: bool | None = None
@@ -117,8 +122,10 @@ class Lender:
         previous one finished with is lent."""
         import torch
 
-        node = torch._C._current_autograd_node()
-        if node is None or node is self.node:
+        current = torch._C._current_autograd_node()
+        node = None if current is None else (current._sequence_nr(), current.name())
+        del current
+        if node is None or node == self.node:
             return  # not in a backward, or the same node's next saved tensor
         starting = not self.in_backward
         if starting:

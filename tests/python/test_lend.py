@@ -151,3 +151,37 @@ with tp.budget("20MiB", policy="lru"):
     assert "lent to the budget runtime" in r["read"] and "lend=False" in r["read"], r["read"]
     assert "manage:activations instead of manage:all" in r["read"], r["read"]
     assert r["back"] == "unmanaged" and r["same"], r
+
+
+@requires_ext
+def test_the_lender_keeps_no_graph_alive() -> None:
+    # A graph built and differentiated inside a backward (a split chunk's
+    # recompute): once it is dropped, what it saved is freed. The lender used
+    # to hold the last node that unpacked, and with it that graph's leaf.
+    r = _child("""
+class Twice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        before = tp.stats()["allocated_bytes.all.current"]
+        with torch.enable_grad():
+            y = (x * 1.0).detach().requires_grad_()  # 4 MiB
+            (gy,) = torch.autograd.grad(torch.sin(y), [y], g)
+        del y, gy
+        kept.append(tp.stats()["allocated_bytes.all.current"] - before)
+        return g * 2
+
+kept = []
+lin = nn.Linear(4, 4)
+with tp.budget(1 << 30, policy="lru"):
+    for _ in range(2):
+        x = torch.randn(1024, 1024, requires_grad=True)
+        Twice.apply(lin(x[:, :4]).sum() * x).sum().backward()
+print(json.dumps({"kept": kept}))
+""")
+    assert r["kept"] == [0, 0], r
