@@ -33,10 +33,12 @@ its backward holds the convolution's output gradient (50 MiB), as much again
 that the CPU's convolution_backward allocates beside it (measured), the incoming
 gradient (12.5 MiB) and the input batch (9 MiB): 122 MiB, 0.28 of the
 unsplit peak. The budget is then a share of the unsplit run's peak, in
-bytes. `hybrid`, `lru` and `capuchin` train at 0.31 (135 MiB; 9 runs of
-9). At 0.3 (130 MiB, 8 MiB over that floor) they trained in 11 runs of 14:
-the others ran out where the free bytes lay in granules shared with live
-blocks, which depends on when prefetches land. `dtr` trains at 0.34; at 0.32
+bytes. `hybrid`, `lru` and `capuchin` train at 0.32 (139 MiB), which CI
+tests. Below it, runs fail now and then where free bytes lie in granules
+shared with live blocks, which depends on when prefetches land: at 0.31
+(135 MiB) `hybrid` failed in 2 of 6 runs of this file's fixture (not in 9
+runs of budget_resnet18.py alone), and at 0.3 (130 MiB, 8 MiB over that
+floor) the three trained in 11 runs of 14. `dtr` trains at 0.34; at 0.32
 its forward runs out (34 MiB there are held by the program, out of any
 eviction's reach).
 """
@@ -53,7 +55,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 POLICIES = ("lru", "dtr", "capuchin", "hybrid")
 CI_POLICY = "hybrid"  # CI trains one policy; -m slow (nightly) the others
 WORKS, BELOW_THE_STEM = 0.5, 0.3
-SPLIT = {"hybrid": 0.31, "lru": 0.31, "capuchin": 0.31, "dtr": 0.34}  # with tp.split_channels
+SPLIT = {"hybrid": 0.32, "lru": 0.32, "capuchin": 0.32, "dtr": 0.34}  # with tp.split_channels
 
 
 def _run(args: list[str]) -> list[dict]:
