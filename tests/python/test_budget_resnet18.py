@@ -36,9 +36,10 @@ unsplit peak. The budget is then a share of the unsplit run's peak, in
 bytes. `hybrid`, `lru` and `capuchin` train at 0.32 (139 MiB), which CI
 tests. Below it, runs fail now and then where free bytes lie in granules
 shared with live blocks, which depends on when prefetches land: at 0.31
-(135 MiB) `hybrid` failed in 2 of 6 runs of this file's fixture (not in 9
-runs of budget_resnet18.py alone), and at 0.3 (130 MiB, 8 MiB over that
-floor) the three trained in 11 runs of 14. `dtr` trains at 0.34; at 0.32
+(135 MiB) `hybrid` failed in 3 of 7 runs of this file's fixture after the
+lender stopped holding autograd nodes (99e34b0; 4 of 4 passed before it, 15
+of 15 runs of budget_resnet18.py alone passed), and at 0.3 (130 MiB, 8 MiB
+over that floor) the three trained in 11 runs of 14. `dtr` trains at 0.34; at 0.32
 its forward runs out (34 MiB there are held by the program, out of any
 eviction's reach).
 """
