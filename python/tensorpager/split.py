@@ -89,9 +89,8 @@ class _Chain:
     def chunks(self, x: torch.Tensor) -> Iterator[tuple[int, int]]:
         """Output-channel ranges: a multiple of CHANNEL_QUANTUM channels, the most whose convolution
         output fits in chunk_bytes, and never fewer than CHANNEL_QUANTUM."""
-        n, _, h, w = x.shape
-        sh, sw = self.conv.stride
-        per_channel = max(1, n * -(-h // sh) * -(-w // sw) * x.element_size())
+        n, _, h, w = self.conv_out_shape(x)
+        per_channel = max(1, n * h * w * x.element_size())
         step = max(CHANNEL_QUANTUM, self.chunk_bytes // per_channel // CHANNEL_QUANTUM * CHANNEL_QUANTUM)
         channels = self.conv.out_channels
         return ((c, min(c + step, channels)) for c in range(0, channels, step))

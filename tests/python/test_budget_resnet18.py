@@ -33,8 +33,8 @@ its backward holds the convolution's output gradient (50 MiB), as much again
 that the CPU's convolution_backward allocates beside it (measured), the incoming
 gradient (12.5 MiB) and the input batch (9 MiB): 122 MiB, 0.28 of the
 unsplit peak. The budget is then a share of the unsplit run's peak, in
-bytes. `hybrid`, `lru` and `capuchin` train at 0.32 (139 MiB), which CI
-tests. Below it, runs fail now and then where free bytes lie in granules
+bytes. `hybrid`, `lru` and `capuchin` train at 0.32 (139 MiB), which the
+slow set tests; CI trains `hybrid` at 0.34 (see SPLIT). Below it, runs fail now and then where free bytes lie in granules
 shared with live blocks, which depends on when prefetches land: at 0.31
 (135 MiB) `hybrid` failed in 3 of 7 runs of this file's fixture after the
 lender stopped holding autograd nodes (99e34b0; 4 of 4 passed before it, 15
@@ -56,7 +56,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 POLICIES = ("lru", "dtr", "capuchin", "hybrid")
 CI_POLICY = "hybrid"  # CI trains one policy; -m slow (nightly) the others
 WORKS, BELOW_THE_STEM = 0.5, 0.3
-SPLIT = {"hybrid": 0.32, "lru": 0.32, "capuchin": 0.32, "dtr": 0.34}  # with tp.split_channels
+# With tp.split_channels. CI trains hybrid at 0.34, not 0.32, where the
+# fixture failed once in 13 runs.
+SPLIT = {"hybrid": 0.34, "lru": 0.32, "capuchin": 0.32, "dtr": 0.34}
 
 
 def _run(args: list[str]) -> list[dict]:
