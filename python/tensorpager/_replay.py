@@ -1,7 +1,7 @@
-"""Replaying a recompute segment's forward (Note [Segments] in ``_runtime.py``):
+"""Replaying a recompute segment's forward (Note [Segments] in ``_tracker.py``):
 what one forward of a segment module keeps so that it can run again with the
 same RNG, autocast state and buffers, and hand back one saved tensor or output
-of that run. The budget's tracker (``_runtime._Tracker``) creates the segments;
+of that run. The budget's tracker (``_tracker.Tracker``) creates the segments;
 the runtime calls their replay through the recompute functions it is given.
 """
 

@@ -1,0 +1,323 @@
+"""The saved-tensor hooks and module hooks of a budget block (``tp.budget``
+in ``_runtime.py``): what autograd saves goes to the runtime through them,
+and the modules they see become recompute segments.
+
+Note [Segments]
+Recompute works at module granularity, as ``torch.utils.checkpoint`` does in
+its non-reentrant form. The modules called at depth ``segment_depth`` below
+the outermost module (1: the children of the model; a ``Sequential``'s layers,
+a ResNet's stages) are segments. While a segment's forward runs, every
+tensor autograd saves is numbered in order; once the forward has finished, a
+saved storage that the segment created (not one of its inputs) becomes
+droppable, and recomputing it replays the segment from its inputs with the
+RNG state (CPU and CUDA), autocast state and buffers of the original forward,
+taking the saved tensor with the same number. A segment's outputs can be
+recomputed the same way, so when a later segment keeps them as inputs they are
+droppable too (recompute then chains backwards, as in DTR). A segment keeps
+its inputs (managed, so they may be swapped or dropped in turn). A segment
+whose forward changed one of its inputs in place cannot be replayed and saves
+nothing droppable; neither can one with an input in memory tensorpager does
+not manage (a tensor over a NumPy array, say): that memory can change with no
+version to show it, and a replay would then compute from other values than
+the first run, which autograd's own saved tensors still hold. Which storages are dropped, and when, is the policy's
+choice (``policy`` key), not the user's.
+
+Note [torch.compile]
+torch.compile traces Python, and the module and saved-tensor hooks are
+Python: traced, they would either break the trace (pybind calls, per-call
+state) or be baked into the graph. So every hook returns at once while
+torch.compile traces (``torch.compiler.is_compiling()``); the compiled code
+runs with the hooks left out, and unpack hands back a tensor that a compiled
+graph saved itself. Measured on the CPU (torch 2.11, an MLP of 6 blocks;
+``tests/python/test_compile.py``):
+
+- ``torch.compile(model)``: the compiled graph saves through tensorpager's
+  hooks when it runs (30 of 46 saved tensors managed, as in eager), but its
+  forward holds every activation until it returns and its backward unpacks
+  them all at once, so no budget below the region's peak fits (0.95 runs out
+  of memory);
+- ``module.compile()`` on each block: the hooks are traced into the graph,
+  as nothing, and the blocks' saved tensors are not managed at all (the
+  budget floor says so at the first step).
+
+In both, values stay bit-identical to the same compiled model without a
+budget. Before, a compiled module under a budget failed to compile (dynamo
+traced the module hooks). The first compiled module the tracker sees gets
+one warning saying this.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from functools import partial
+
+from tensorpager import _lend, _replay
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class Tracker:
+    """The saved-tensor hooks and module hooks of one budget block."""
+
+    def __init__(self, ext: Any, segment_depth: int, recompute: bool, follow_training_thread: bool = False,
+                 lend: bool = True) -> None:
+        self.ext = ext
+        # Note [Lending parameters and gradients] in _lend.py.
+        self.lender: _lend.Lender | None = _lend.Lender(ext) if lend else None
+        self.segment_depth = segment_depth
+        self.recompute = recompute
+        # The budget covers the thread that entered it (and autograd's threads
+        # working for it, which run no module forwards): forwards of other
+        # threads are not its segments or steps (Note [What a budget covers]).
+        self.thread = threading.get_ident()
+        # A managed process follows the first thread that trains instead
+        # (Note [The managed thread] in _managed.py).
+        self.follow_training_thread = follow_training_thread
+        self.trained = False  # self.thread has run a forward with grad
+        self.warned_thread = False
+        self.thread_hooks: Any = None  # a threading.local: the hooks entered on a followed thread
+        self.stack: list[Any] = []
+        self.segment: _replay.Segment | None = None  # the segment whose forward is running
+        self.producers: dict[int, tuple[Any, _replay.Segment, int]] = {}  # storage key -> (weak output, segment, index)
+        self.unpacked = False
+        self.suspended = 0  # > 0 while a replay runs: hooks stand aside
+        self.steps = 0
+        self.warned_compiled = False  # Note [torch.compile]
+        self.scanned: set[int] = set()  # ids of outermost modules looked through for compiled ones
+
+    # --- saved-tensor hooks ------------------------------------------------------------
+    def pack(self, t: Any) -> Any:
+        # Every saved tensor comes back through a SavedTensor, managed or not,
+        # so that unpack checks its version as autograd does without hooks
+        # (Note [In-place changes to saved tensors] in hooks/saved_version.hpp).
+        if _compiling():
+            return t  # traced by torch.compile: the compiled graph saves t itself (Note [torch.compile])
+        seg = self.segment
+        index = -1
+        if seg is not None:
+            index = seg.packs
+            seg.packs += 1
+        if (t.is_leaf and t.requires_grad) or (t._base is not None and t._base.is_leaf and t._base.requires_grad):
+            h = self.ext.pack(t, False)  # a parameter, or a view of one: kept, and lent in backward
+            return h if self.lender is None else self.lender.saved(h, t)
+        h = self.ext.pack(t)
+        if not h.managed:
+            return h
+        if h.fresh and seg is not None:
+            if h.key in seg.input_keys:
+                self._link_producer(h)  # an input: recomputable by the segment that made it, if any
+            else:
+                seg.pending.append((h, index))
+        elif h.fresh:
+            self._link_producer(h)
+        return h
+
+    def unpack(self, x: Any) -> Any:
+        if _compiling() or not hasattr(x, "unpack"):
+            return x  # a tensor a compiled graph saved itself (Note [torch.compile])
+        self.unpacked = True
+        if self.lender is not None:
+            if type(x) is _lend.SavedParameter:
+                return self.lender.unpack_parameter(x)
+            self.lender.boundary()
+        return x.unpack()
+
+    # --- module hooks ------------------------------------------------------------------
+    def pre_forward(self, module: Any, args: tuple) -> None:
+        if _compiling() or self.suspended:
+            return
+        if threading.get_ident() != self.thread and not self._follow_this_thread():
+            return
+        depth = len(self.stack)
+        if depth == 0 and not self.warned_compiled and id(module) not in self.scanned:
+            # A module compiled in place runs its hooks only while traced: look
+            # for it from the outermost module, once (Note [torch.compile]).
+            self.scanned.add(id(module))
+            if any(_compiled(m) for m in module.modules()):
+                self.warned_compiled = True
+                import warnings
+
+                warnings.warn(COMPILED_WARNING, RuntimeWarning, stacklevel=3)
+        self.stack.append(module)
+        # Without grad (no_grad, inference_mode: evaluation) autograd saves
+        # nothing, so a forward there neither starts a step nor is a segment.
+        import torch
+
+        if not torch.is_grad_enabled():
+            return
+        self.trained = True
+        if depth == 0 and self.lender is not None and (self.lender.lent or self.lender.in_backward):
+            self.lender.give_back_all()  # a backward that raised: its callback never ran
+        if depth == 0 and self.unpacked:
+            self.step()
+        if self.recompute and depth == self.segment_depth:
+            self.segment = _replay.Segment(module, args)
+
+    def _follow_this_thread(self) -> bool:
+        """Whether the calling thread becomes the managed one: Note [The managed thread]."""
+        import torch
+
+        if not self.follow_training_thread or not torch.is_grad_enabled():
+            return False
+        if self.trained or self.stack:
+            if not self.warned_thread:
+                self.warned_thread = True
+                import warnings
+
+                warnings.warn(OTHER_THREAD_WARNING, RuntimeWarning, stacklevel=4)
+            return False
+        self.thread = threading.get_ident()
+        hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+        hooks.__enter__()  # kept while the thread lives, as the importing thread's are
+        self.thread_hooks = threading.local()
+        self.thread_hooks.guard = _ExitWithThread(hooks)
+        return True
+
+    def post_forward(self, module: Any, args: tuple, *rest: Any) -> None:
+        # (kwargs, output) normally; torch passes fewer when the forward
+        # raised (always_call), and then the segment is dropped below.
+        if _compiling() or self.suspended or not self.stack or threading.get_ident() != self.thread:
+            return
+        kwargs, output = rest if len(rest) == 2 else (None, None)
+        self.stack.pop()
+        seg = self.segment
+        if seg is None or seg.module is not module or len(self.stack) != self.segment_depth:
+            return
+        self.segment = None
+        if kwargs is None:
+            return  # the forward raised: nothing it saved will be used
+        seg.cost_ns = max(1, time.perf_counter_ns() - seg.t0)
+        versions, seg.input_versions = seg.input_versions, []
+        pending, seg.pending = seg.pending, []
+        if any(t._version != v for t, v in versions):
+            return  # changed an input in place: cannot be replayed (Note [Segments])
+        (seg.args, seg.kwargs), foreign = self._hold((args, kwargs))  # one pass: aliases stay aliases
+        if foreign:
+            seg.args = seg.kwargs = None
+            return  # reads memory tensorpager cannot vouch for (Note [Segments])
+        for h, index in pending:
+            # A replay leaves the saved tensor as this forward left it: at its
+            # version now (Note [Recompute reproduces one version]).
+            h.set_recompute(partial(seg.replay, self, "saved", index), seg.cost_ns, h.version)
+        import torch
+
+        outputs = [o for o in _replay.flatten(output) if isinstance(o, torch.Tensor)]
+        for j, o in enumerate(outputs):
+            key = _replay.storage_key(o)
+            if key is not None and key not in seg.input_keys:
+                self._add_producer(key, o, seg, j)
+
+    def _hold(self, tree: Any) -> tuple[Any, bool]:
+        """The tensors of tree as _replay.HeldInputs, and whether one of them is
+        foreign: memory of another allocator or device (a NumPy array's, say),
+        which can change with no version to show it."""
+        import torch
+        from torch.utils._pytree import tree_map
+
+        held: dict[int, _replay.HeldInput] = {}
+        foreign = False
+
+        def hold(x: Any) -> Any:
+            if not isinstance(x, torch.Tensor):
+                return x
+            if id(x) in held:
+                return held[id(x)]
+            held[id(x)] = h = hold_one(x)
+            return h
+
+        def hold_one(x: Any) -> _replay.HeldInput:
+            if (x.is_leaf and x.requires_grad) or not _replay.has_storage(x):
+                return _replay.HeldInput(None, x, x.requires_grad)
+            nonlocal foreign
+            h = self.ext.pack(x)
+            if not h.managed:
+                foreign = foreign or x.numel() > 0
+                return _replay.HeldInput(h, None, x.requires_grad)
+            if h.fresh:
+                self._link_producer(h)
+            return _replay.HeldInput(h, None, x.requires_grad)
+
+        return tree_map(hold, tree), foreign
+
+    def _add_producer(self, key: int, out: Any, seg: _replay.Segment, index: int) -> None:
+        # The entry lives as long as the output tensor: only a live output can
+        # later be adopted as another segment's input, and the segment (with
+        # the inputs it keeps) must not outlive it for nothing.
+        def forget(ref: Any) -> None:
+            entry = self.producers.get(key)
+            if entry is not None and entry[0] is ref:
+                del self.producers[key]
+
+        self.producers[key] = (weakref.ref(out, forget), seg, index, out._version)
+
+    def _link_producer(self, h: Any) -> None:
+        entry = self.producers.get(h.key)
+        if entry is None:
+            return
+        out_ref, seg, index, version = entry
+        out = out_ref()
+        # The weak reference guards against a reused address: the producer's
+        # output must still be alive and still use this storage. A replay
+        # rebuilds the output as the producer returned it, so it may stand in
+        # only while the storage is still at that version: not after a
+        # consumer changed it in place (ReLU(inplace=True) at the start of the
+        # next segment); Note [Recompute reproduces one version].
+        if out is None or _replay.storage_key(out) != h.key or h.version != version:
+            return
+        h.set_recompute(partial(seg.replay, self, "output", index), seg.cost_ns, version)
+
+    def step(self) -> None:
+        self.unpacked = False
+        self.producers.clear()
+        self.steps += 1
+        self.ext.budget_step()
+
+
+COMPILED_WARNING = (
+    "tensorpager: a torch.compile'd module runs under the budget. The activations of a compiled region stay on"
+    " the device until it returns, and its backward needs them all at once (a module compiled in place with"
+    " .compile() saves them outside tensorpager's reach), so a budget below the region's peak runs out of memory;"
+    " values stay exact. Leave the layers that hold most activations uncompiled to train below the peak"
+    " (Note [torch.compile] in tensorpager/_tracker.py)."
+)
+
+
+class _ExitWithThread:
+    """Exits saved-tensor hooks on the thread that entered them, when it ends.
+
+    Held in a ``threading.local``: CPython drops a thread's locals on that
+    thread as it ends, with the GIL held. Hooks left entered on an ended
+    thread abort the process at exit (torch 2.11: "terminate called without
+    an active exception", its thread-local hook stack freed without the GIL).
+    """
+
+    def __init__(self, hooks: Any) -> None:
+        self.hooks = hooks
+        self.thread = threading.get_ident()
+
+    def __del__(self) -> None:
+        if threading.get_ident() == self.thread:  # never pop another thread's hooks
+            self.hooks.__exit__(None, None, None)
+
+
+OTHER_THREAD_WARNING = (
+    "tensorpager: manage:activations manages the thread that trained first; this forward with grad runs on"
+    " another thread, and what it saves for backward stays on the device, outside the budget"
+    " (Note [The managed thread] in tensorpager/_managed.py)."
+)
+
+
+def _compiled(module: Any) -> bool:
+    """Whether module runs compiled: torch.compile(module) or module.compile()."""
+    return type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None) is not None
+
+
+def _compiling() -> bool:
+    """Whether torch.compile is tracing this call (Note [torch.compile])."""
+    import torch
+
+    return torch.compiler.is_compiling()
