@@ -53,9 +53,11 @@
 // request; a new segment is reserved only when no U has room.
 //   Pressure: a free mapped block's whole granules can be unmapped, and that
 // physical memory mapped where the request needs it. When growth does not
-// fit the budget (or the device), make_room() unmaps free granules elsewhere,
-// largest free blocks first, sparing the blocks the plan builds on, until the
-// plan fits; only then is the reclaimer asked, for what is still missing.
+// fit the budget (or the device), make_room() takes the cheapest plan that
+// unmapping can pay for (Note [Plans the budget can pay for]) and unmaps free
+// granules elsewhere, largest free blocks first, sparing the blocks the plan
+// builds on, until the plan fits; only then is the reclaimer asked, for what
+// is still missing.
 // Partly used granules stay mapped: what an expandable segment cannot give
 // back is at most one granule per free range.
 //   Less than a granule: when the budget has room for a request but not for
@@ -257,6 +259,7 @@ class caching_allocator {
   void wait_for_pending_events(lock_type& lock);
   // caching_allocator_expandable.cpp: Note [Expandable segments].
   std::optional<growth_plan> plan_growth(pool_kind pool, std::size_t size, stream_id stream) const;
+  std::size_t unmappable_bytes() const;
   detail::block* grow_expandable(pool_kind pool, std::size_t size, stream_id stream);
   detail::block* map_range(const growth_plan& plan);
   std::size_t unmap_free_granules(std::size_t want, const growth_plan* spare);

@@ -344,6 +344,7 @@ block* caching_allocator::allocate_plain_fallback(std::size_t size, stream_id st
 void caching_allocator::make_room(std::size_t size, stream_id stream) {
   release_cached_segments();
   if (!expandable_) return;
+  // Note [Plans the budget can pay for] in caching_allocator_expandable.cpp.
   const std::optional<growth_plan> plan = plan_growth(size_policy::pool_for(size), size, stream);
   const std::size_t cost = plan ? plan->cost() : size_policy::round_up(size, granularity_);
   const std::size_t room = headroom();

@@ -1,12 +1,15 @@
 // Where blocks go inside expandable segments (Note [Granule-aware carving]
 // and Note [Stranded bytes serve small requests] in
-// caching_allocator_blocks.cpp): placements that keep free bytes in whole
-// granules, which the allocator can unmap, on the simulated device (2 MiB
-// granules). Offsets in the comments are MiB from the segment's start.
+// caching_allocator_blocks.cpp, Note [Plans the budget can pay for] in
+// caching_allocator_expandable.cpp): placements that keep free bytes in whole
+// granules, which the allocator can unmap, and growth that fits the budget,
+// on the simulated device (2 MiB granules). Offsets in the comments are MiB
+// from the segment's start.
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "allocator/caching_allocator.hpp"
 #include "allocator_test_support.hpp"
@@ -18,9 +21,10 @@ using namespace tp::testing;
 
 std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
-caching_allocator::options expandable() {
+caching_allocator::options expandable(std::optional<std::size_t> budget = std::nullopt) {
   caching_allocator::options o;
   o.expandable_segments = true;
+  o.budget = budget;
   return o;
 }
 
@@ -95,6 +99,29 @@ TEST_F(GranulePlacement, ARequestOfWholeGranulesSitsOnGranuleBoundaries) {
   a.empty_cache();
   EXPECT_EQ(reserved(a), std::int64_t(6 * MiB));  // [2, 6) and [8, 10)
   for (void* p : {w, keep}) a.deallocate(p);
+}
+
+// Note [Plans the budget can pay for]: the cheapest growth builds on two free
+// neighbours and maps the 8 MiB between them, more than the 6 MiB of
+// headroom; mapping 14 MiB fresh costs more, but unmapping those neighbours
+// pays for it. Before, the allocator held on to the cheaper plan and ran out
+// of memory with 8 MiB of unmappable granules and no reclaimer to ask.
+TEST_F(GranulePlacement, GrowsWhereUnmappingCanPayForItNotWhereItIsCheapest) {
+  caching_allocator a(rig_.dev, expandable());
+  void* l = a.allocate(4 * MiB);     // [0, 4)
+  void* gap = a.allocate(8 * MiB);   // [4, 12)
+  void* r = a.allocate(4 * MiB);     // [12, 16)
+  void* keep = a.allocate(2 * MiB);  // [16, 18)
+  a.deallocate(gap);
+  a.empty_cache();  // [4, 12) unmapped
+  a.deallocate(l);
+  a.deallocate(r);  // free: [0, 4) and [12, 16); 10 MiB reserved
+  a.set_budget(16 * MiB);
+  // [0, 4) + [4, 12) + [12, 16) would serve 14 MiB for 8 MiB of mapping.
+  void* big = a.allocate(14 * MiB);
+  EXPECT_EQ(addr(big), addr(l));  // [0, 14), mapped afresh once [0, 4) and [12, 16) were unmapped
+  EXPECT_EQ(reserved(a), std::int64_t(16 * MiB));
+  for (void* p : {big, keep}) a.deallocate(p);
 }
 
 }  // namespace
