@@ -121,6 +121,43 @@ print(json.dumps({"seen": seen, "after": after, "readable": readable}))
 
 
 @requires_ext
+def test_parameters_come_back_before_gradients() -> None:
+    # Each restore allocates: given back in pairs, a weight and its gradient
+    # sat side by side, and zero_grad left holes between the weights that
+    # stay (Note [Lending parameters and gradients]). The loans are the real
+    # ones; the proxy only records the order in which they are given back.
+    r = _child("""
+m = model()
+params = {id(p) for p in m.parameters()}
+orders = []
+
+class Loan:
+    def __init__(self, loan, kind):
+        self.loan, self.kind = loan, kind
+    def give_back(self):
+        orders[-1].append(self.kind)
+        self.loan.give_back()
+
+class Ext:
+    def __init__(self, ext):
+        self.ext = ext
+    def lend(self, t):
+        loan = self.ext.lend(t)
+        return None if loan is None else Loan(loan, "parameter" if id(t) in params else "gradient")
+
+with tp.budget(None) as b:
+    b._tracker.lender.ext = Ext(b._tracker.lender.ext)
+    for _ in range(2):
+        orders.append([])
+        nn.functional.cross_entropy(m(X), Y).backward()
+print(json.dumps({"orders": orders}))
+""")
+    for order in r["orders"]:  # one per backward
+        assert order.count("parameter") >= 3 and order.count("gradient") >= 3, order  # the head's, at least
+        assert order == sorted(order, key=lambda kind: kind == "gradient"), order
+
+
+@requires_ext
 def test_a_lent_storage_is_swapped_bit_identical_and_unreadable_while_away() -> None:
     r = _child("""
 ext = tp._install.load_ext()
