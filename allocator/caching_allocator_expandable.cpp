@@ -46,6 +46,12 @@ void link_after(block* at, block* b) {
   at->next = b;
 }
 
+// The bytes of the whole granules inside b (none for no block): what
+// unmapping b, were it free, gives back.
+std::size_t interior(const block* b, std::size_t g) {
+  return b == nullptr ? 0 : whole_granules(b->address, b->end(), g);
+}
+
 }  // namespace
 
 // Note [Plans the budget can pay for]
@@ -69,11 +75,10 @@ std::optional<caching_allocator::growth_plan> caching_allocator::plan_growth(poo
   const std::size_t g = granularity_;
   const std::size_t room = headroom();
   std::optional<std::size_t> unmappable;  // counted only when some plan needs more than the headroom
-  const auto interior = [g](const block* b) { return b == nullptr ? 0 : whole_granules(b->address, b->end(), g); };
   const auto affordable = [&](const growth_plan& p) {
     if (p.cost() <= room) return true;
     if (!unmappable) unmappable = unmappable_bytes();
-    const std::size_t spared = interior(p.left) + interior(p.right);
+    const std::size_t spared = interior(p.left, g) + interior(p.right, g);
     return p.cost() - room <= *unmappable - std::min(*unmappable, spared);
   };
   std::optional<growth_plan> best;
@@ -192,7 +197,7 @@ std::size_t caching_allocator::unmappable_bytes() const {
   std::size_t bytes = 0;
   for (const detail::block_pool* blocks : {&large_blocks_, &small_blocks_}) {
     for (const block* b : *blocks) {
-      if (b->seg->expandable) bytes += whole_granules(b->address, b->end(), granularity_);
+      if (b->seg->expandable) bytes += interior(b, granularity_);
     }
   }
   return bytes;
@@ -203,17 +208,16 @@ std::size_t caching_allocator::unmappable_bytes() const {
 // blocks `spare` builds on. Returns the bytes unmapped.
 std::size_t caching_allocator::unmap_free_granules(std::size_t want, const growth_plan* spare) {
   const std::size_t g = granularity_;
-  const auto interior = [g](const block* b) { return whole_granules(b->address, b->end(), g); };
   std::vector<block*> candidates;
   for (const detail::block_pool* blocks : {&large_blocks_, &small_blocks_}) {
     for (block* b : *blocks) {
-      if (!b->seg->expandable || interior(b) == 0) continue;
+      if (!b->seg->expandable || interior(b, g) == 0) continue;
       if (spare != nullptr && (b == spare->left || b == spare->right)) continue;
       candidates.push_back(b);
     }
   }
   std::stable_sort(candidates.begin(), candidates.end(),
-                   [&](const block* a, const block* b) { return interior(a) > interior(b); });
+                   [g](const block* a, const block* b) { return interior(a, g) > interior(b, g); });
   std::size_t released = 0;
   for (block* b : candidates) {
     if (released >= want) break;
