@@ -30,6 +30,11 @@ step() {
 }
 trap finish EXIT
 
+# All three builds keep line tables and function names (-g1), not full debug
+# information (-g): backtraces and sanitizer reports read the same, and a
+# translation unit that includes torch's headers compiles in 22 s, not 38 s.
+debug_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG")
+
 # With torch, the main build pretends there is no system fmt, so it uses the
 # fmt headers torch ships, header-only, as the GPU machine (which may lack
 # libfmt-dev) must (Note [fmt without a system package] in cmake/fmt.cmake);
@@ -38,7 +43,7 @@ fmt_args=()
 [[ "$TP_CMAKE_SUMMARY" == torch:\ yes* ]] && fmt_args=(-DCMAKE_DISABLE_FIND_PACKAGE_fmt=TRUE)
 fmt_note=""; ((${#fmt_args[@]})) && fmt_note=", fmt from torch's headers (system fmt hidden)"
 step "build ($TP_CMAKE_SUMMARY$fmt_note)"
-tp_configure build "${TP_CMAKE_ARGS[@]}" "${fmt_args[@]}" -DTP_BUILD_BENCH=ON
+tp_configure build "${TP_CMAKE_ARGS[@]}" "${fmt_args[@]}" "${debug_args[@]}" -DTP_BUILD_BENCH=ON
 grep -E "^-- fmt: " "/tmp/tp-configure-build.log" || true
 cmake --build build -j "$JOBS"
 
@@ -64,7 +69,7 @@ if [[ "${TP_SKIP_SANITIZERS:-0}" != 1 ]]; then
                      runtime_observer_test runtime_threads_test runtime_recorder_test
                      event_log_test timeline_analysis_test)
   step "allocator and device tests under ASan + UBSan"
-  tp_configure build-asan -DTP_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  tp_configure build-asan -DTP_SANITIZE=address,undefined "${debug_args[@]}"
   cmake --build build-asan -j "$JOBS" --target "${sanitized_targets[@]}"
   ctest --test-dir build-asan --output-on-failure -j "$JOBS" -L "allocator|device|fuzz|config|runtime|profiler"
 
@@ -72,7 +77,7 @@ if [[ "${TP_SKIP_SANITIZERS:-0}" != 1 ]]; then
   # Only the binaries that hold the tests run here (-R below); keep both in step.
   tsan_targets=(simulated_device_test caching_allocator_test caching_allocator_fuzz_test pinned_host_pool_test
                 config_test runtime_test runtime_fuzz_test runtime_threads_test event_log_test)
-  tp_configure build-tsan -DTP_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  tp_configure build-tsan -DTP_SANITIZE=thread "${debug_args[@]}"
   cmake --build build-tsan -j "$JOBS" --target "${tsan_targets[@]}"
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
     ctest --test-dir build-tsan --output-on-failure -j "$JOBS" \

@@ -1,6 +1,7 @@
 // Randomised operation sequences against the caching allocator on the
 // simulated device: Note [Fuzz model] in caching_allocator_fuzz_run.hpp.
-// Seed: TP_FUZZ_SEED, else random, printed. Length: TP_FUZZ_OPS (100000).
+// Seed: TP_FUZZ_SEED, else random, printed. Length: TP_FUZZ_OPS, else
+// TP_FUZZ_DEFAULT_OPS (100000; 30000 in a sanitized build).
 
 #include <gtest/gtest.h>
 
@@ -25,9 +26,13 @@ std::uint64_t seed_from_env() {
   return std::random_device{}() * 0x100000001ull + std::random_device{}();
 }
 
+#ifndef TP_FUZZ_DEFAULT_OPS
+#define TP_FUZZ_DEFAULT_OPS 100000
+#endif
+
 long ops_from_env() {
   if (const char* s = std::getenv("TP_FUZZ_OPS")) return std::max(1L, std::strtol(s, nullptr, 10));
-  return 100000;
+  return TP_FUZZ_DEFAULT_OPS;
 }
 
 void report(const char* name, std::uint64_t seed, const fuzz_counts& c) {

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from autograd_cases import RAISING
@@ -18,6 +19,7 @@ INPLACE = "modified by an inplace operation"
 # cannot split (the LSTM), or that hold what they save themselves (they are
 # there for the error they raise).
 NEED_NOT_EVICT = {"swap": ("inplace_saved_activation",), "recompute": ("inplace_saved_activation", "lstm")}
+MODES = ("swap", "recompute")
 
 
 def _outcome(result: dict) -> dict:
@@ -36,10 +38,18 @@ def _matrix(mode: str) -> list[dict]:
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
+@pytest.fixture(scope="module")
+def matrices() -> dict[str, list[dict]]:
+    """Both modes' children at once: each runs on one thread
+    (autograd_cases.py), so on two cores they take the time of one."""
+    with ThreadPoolExecutor(len(MODES)) as pool:
+        return dict(zip(MODES, pool.map(_matrix, MODES)))
+
+
 @requires_ext
-@pytest.mark.parametrize("mode", ["swap", "recompute"])
-def test_autograd_corner_cases_match_the_unmanaged_run(mode: str) -> None:
-    rows = _matrix(mode)
+@pytest.mark.parametrize("mode", MODES)
+def test_autograd_corner_cases_match_the_unmanaged_run(mode: str, matrices: dict[str, list[dict]]) -> None:
+    rows = matrices[mode]
     refs = {r["case"]: r for r in rows if r["policy"] is None}
     assert len(refs) >= 20, sorted(refs)
     failures = []
