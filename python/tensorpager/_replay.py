@@ -23,6 +23,26 @@ def storage_key(t: Any) -> int | None:
     return _ext.load().storage_key(t)
 
 
+class _Captured(BaseException):
+    """Raised by a replay's pack hook once it holds the tensor it replays for.
+
+    Note [A replay stops at its tensor]
+    A saved tensor's replay ends where the segment's first forward saved it:
+    the pack hook raises as soon as it holds it, and the rest of the forward,
+    which would only compute tensors nobody asked for while holding memory, is
+    not run (a ResNet stage replayed for its first block's saved tensor ran
+    its second block too). For the policies, such a tensor's recompute cost
+    is the time the first forward took to reach it, not the whole segment's
+    (``Tracker.pack``). A BaseException, so that a forward's own ``except
+    Exception`` lets it through; a forward that swallows it anyway runs on to
+    its end and hands back the same tensor. A replay for an output runs the
+    whole forward, and so does one for a tensor that the rest of the first
+    forward changed in place: the storage must come back as the forward left
+    it (Note [Recompute reproduces one version] in
+    hooks/runtime/saved_storage.hpp), and the tensor was saved before that.
+    """
+
+
 class Segment:
     """One forward of a segment module, and how to replay it (Note [Segments])."""
 
@@ -43,14 +63,18 @@ class Segment:
         # Inference tensors have no version counter (and autograd never saves them).
         self.input_versions = [(a, a._version) for a in tensors if not a.is_inference()]
         self.packs = 0
-        self.pending: list[tuple[Any, int]] = []
+        # (handle, pack index, ns from t0 to its pack, its version then)
+        self.pending: list[tuple[Any, int, int, int]] = []
         self.args: Any = None
         self.kwargs: Any = None
         self.cost_ns = 0
         self.t0 = time.perf_counter_ns()
 
-    def replay(self, tracker: Any, kind: str, index: int) -> Any:
-        """Re-runs the forward; returns saved tensor `index` ("saved") or output `index` ("output")."""
+    def replay(self, tracker: Any, kind: str, index: int, whole: bool = False) -> Any:
+        """Re-runs the forward; returns saved tensor `index` ("saved") or output `index` ("output").
+
+        A replay for a saved tensor stops once the forward has saved it,
+        unless `whole` (Note [A replay stops at its tensor])."""
         import torch
         from torch.utils._pytree import tree_map
 
@@ -76,6 +100,8 @@ class Segment:
         def capture(t: Any) -> Any:
             if kind == "saved" and count[0] == index:
                 captured.append(t)
+                if not whole:
+                    raise _Captured  # Note [A replay stops at its tensor]
             count[0] += 1
             return None
 
@@ -94,7 +120,10 @@ class Segment:
                     torch.cuda.set_rng_state_all(self.cuda_rng)
                 with torch.enable_grad(), autocast_states(self.autocast), \
                         torch.autograd.graph.saved_tensors_hooks(capture, lambda _: None):
-                    out = self.module(*args, **kwargs)
+                    try:
+                        out = self.module(*args, **kwargs)
+                    except _Captured:
+                        out = None
             if kind == "saved":
                 if not captured:
                     raise RuntimeError(

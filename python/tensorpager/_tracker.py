@@ -111,7 +111,7 @@ class Tracker:
             if h.key in seg.input_keys:
                 self._link_producer(h)  # an input: recomputable by the segment that made it, if any
             else:
-                seg.pending.append((h, index))
+                seg.pending.append((h, index, time.perf_counter_ns() - seg.t0, h.version))
         elif h.fresh:
             self._link_producer(h)
         return h
@@ -199,10 +199,14 @@ class Tracker:
         if foreign:
             seg.args = seg.kwargs = None
             return  # reads memory tensorpager cannot vouch for (Note [Segments])
-        for h, index in pending:
+        for h, index, ns, packed_at in pending:
             # A replay leaves the saved tensor as this forward left it: at its
-            # version now (Note [Recompute reproduces one version]).
-            h.set_recompute(partial(seg.replay, self, "saved", index), seg.cost_ns, h.version)
+            # version now (Note [Recompute reproduces one version]). It stops
+            # at the tensor, and costs the forward up to it, unless the rest
+            # of the forward changed it in place (Note [A replay stops at its tensor]).
+            whole = h.version != packed_at
+            h.set_recompute(partial(seg.replay, self, "saved", index, whole),
+                            seg.cost_ns if whole else max(1, ns), h.version)
         import torch
 
         outputs = [o for o in _replay.flatten(output) if isinstance(o, torch.Tensor)]

@@ -277,6 +277,29 @@ def case_inplace_input_of_next_segment() -> dict:
     return train_steps(m, lambda: m(x).square().mean())
 
 
+class LogsThenActivatesInPlace(nn.Module):
+    """Logs a statistic of a tensor under grad (norm saves the tensor, and
+    its graph dies with the statistic), then changes the tensor in place.
+    The storage's first save predates the change: a replay stopped there
+    would bring the bytes back from before it (Note [A replay stops at its
+    tensor] in tensorpager/_replay.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin, self.out = nn.Linear(WIDTH, WIDTH), nn.Linear(WIDTH, WIDTH)
+        self.seen = 0.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        self.seen = h.norm().item()
+        return self.out(h.tanh_())
+
+
+def case_saved_then_changed_in_place_in_its_segment() -> dict:
+    m, x = nn.Sequential(*[LogsThenActivatesInPlace() for _ in range(6)]), data()
+    return train_steps(m, lambda: m(x).square().mean())
+
+
 CASES: dict[str, Callable[[], dict]] = {
     name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")
 }

@@ -121,6 +121,50 @@ def test_budget_api_errors_and_stats() -> None:
 
 
 @requires_ext
+def test_a_replay_stops_at_the_tensor_it_rebuilds() -> None:
+    # Note [A replay stops at its tensor]: a block replayed for a tensor
+    # saved early in its forward does not run the rest of it. Each block ends
+    # in a probe that counts its calls; a replay that ran to the end calls it.
+    proc = run_python("""
+import torch, torch.nn as nn, tensorpager as tp
+tp.install(device="cpu", host_budget="1B")  # every eviction is a drop
+calls = [0]
+class Probe(nn.Module):
+    def forward(self, x):
+        calls[0] += 1
+        return x
+def run(budget):
+    torch.manual_seed(0)
+    m = nn.Sequential(*[nn.Sequential(nn.Linear(256, 256), nn.Tanh(), nn.Linear(256, 256), nn.Tanh(), Probe())
+                        for _ in range(6)])
+    x = torch.randn(1024, 256)
+    scope = tp.budget(budget) if budget else None
+    if scope: scope.__enter__()
+    try:
+        loss = m(x).square().mean()
+        before = calls[0]
+        loss.backward()
+        return [p.grad for p in m.parameters()], calls[0] - before
+    finally:
+        if scope: scope.__exit__(None, None, None)
+tp.empty_cache(); base = tp.stats()["allocated_bytes.all.current"]; tp.reset_peak_stats()
+ref, _ = run(None)
+peak = tp.stats()["allocated_bytes.all.peak"]
+tp.empty_cache()
+base = tp.stats()["allocated_bytes.all.current"]  # now with the reference's gradients
+grads, probes = run(base + (peak - base) * 9 // 10)
+print("SAME", all(torch.equal(a, b) for a, b in zip(ref, grads)))
+print("RECOMPUTES", tp.stats()["tensorpager.runtime.recomputes"])
+print("PROBES", probes)
+""")
+    out = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+    assert out["SAME"] == "True"
+    recomputes, probes = int(out["RECOMPUTES"]), int(out["PROBES"])
+    assert recomputes > 0
+    assert probes < recomputes, (probes, recomputes)  # some replays stopped before the probe
+
+
+@requires_ext
 def test_in_place_change_to_a_saved_tensor_raises_like_autograd() -> None:
     # With saved-tensor hooks autograd checks no versions; the runtime's
     # handles do, so a budget does not turn autograd's error into silently
