@@ -26,8 +26,9 @@ lender must see that nothing reads a lent storage:
   ends (an engine callback), before the optimizer or the next forward can
   read it; also, as a fallback for a backward that raised, at the next step
   boundary and when the budget ends. A saved parameter that is unpacked
-  again (a second backward through a retained graph) and a parameter of a
-  segment that tensorpager replays are given back first.
+  again (a second backward through a retained graph) is given back first, and
+  so is a parameter of a segment that tensorpager replays, which is lent
+  again once the replay has run.
 - Parameters and optimizer state are given back before gradients, since
   they outlive them: each restore allocates, and lent in pairs a weight and
   its gradient came back side by side, so the next zero_grad left holes
@@ -185,14 +186,29 @@ class Lender:
                 self.gradients.add(id(t))
 
     # --- giving back -------------------------------------------------------------------
-    def give_back_params(self, module: Any) -> None:
-        """Before a replay of module's forward: the parameters it reads, resident."""
+    def give_back_params(self, module: Any) -> list[Any]:
+        """Before a replay of module's forward: the parameters it reads,
+        resident. Returns those that were lent, for lend_again()."""
         from tensorpager._replay import modules_read
 
+        returned = []
         for p in (p for m in modules_read(module) for p in m.parameters(recurse=False)):
             loan = self.lent.pop(id(p), None)
             if loan is not None:
                 loan[1].give_back()
+                returned.append(p)
+        return returned
+
+    def lend_again(self, params: list[Any]) -> None:
+        """After the replay: what give_back_params() returned is lent again.
+        The replay saved nothing autograd will unpack, so what made them
+        lendable still holds; kept instead, a stage's weights stayed resident
+        for the rest of the backward once a replay of the stage had read them
+        (9 MiB at a ResNet-18's stem, of a 130 MiB budget)."""
+        if not self.in_backward:
+            return  # the backward ended during the replay: give_back_all() has run
+        for p in params:
+            self._lend(p)
 
     def give_back_all(self) -> None:
         """The backward has ended (or must be taken as ended): everything

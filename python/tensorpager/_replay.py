@@ -105,8 +105,8 @@ class Segment:
             count[0] += 1
             return None
 
-        if tracker.lender is not None:
-            tracker.lender.give_back_params(self.module)  # the forward reads them
+        # The forward reads them; lent again in the end.
+        returned = tracker.lender.give_back_params(self.module) if tracker.lender is not None else []
         tracker.suspended += 1
         held: list = []  # buffers to put back (_swap_buffers)
         try:
@@ -140,6 +140,8 @@ class Segment:
             for owner, name, b in held:
                 owner._buffers[name] = b
             tracker.suspended -= 1
+            if returned:
+                tracker.lender.lend_again(returned)
 
     def _swap_buffers(self, held: list) -> None:
         """Gives every module of the segment clones of its buffers for the replay.

@@ -158,6 +158,66 @@ print(json.dumps({"orders": orders}))
 
 
 @requires_ext
+def test_a_replay_lends_the_parameters_it_read_again() -> None:
+    # Each block is a recompute segment whose last weight's gradient is done
+    # before the GELU's saved input is needed: a replay of the block then reads
+    # a lent weight, given back for it. Kept afterwards, a ResNet-18 stage's
+    # weights stayed resident for the rest of the backward (9 MiB at its stem
+    # under a 130 MiB budget, where `dtr` ran out of memory).
+    proc = run_python("""
+import json, torch
+from torch import nn
+import tensorpager as tp
+tp.install(device="cpu", host_budget="1B")  # every eviction of an activation is a drop
+
+torch.manual_seed(0)
+m = nn.Sequential(*[nn.Sequential(nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 512)) for _ in range(6)])
+x = torch.randn(2048, 512)
+names = {id(p): n for n, p in m.named_parameters()}
+events = []
+
+class Loan:
+    def __init__(self, loan, name):
+        self.loan, self.name = loan, name
+    def give_back(self):
+        events.append(("back", self.name))
+        self.loan.give_back()
+
+class Ext:
+    def __init__(self, ext):
+        self.ext = ext
+    def lend(self, t):
+        loan = self.ext.lend(t)
+        if loan is None or id(t) not in names:
+            return loan
+        events.append(("lend", names[id(t)]))
+        return Loan(loan, names[id(t)])
+
+m(x).square().mean().backward()
+peak = tp.stats()["allocated_bytes.all.peak"]
+m.zero_grad(set_to_none=True)
+tp.empty_cache()
+with tp.budget(peak // 2, policy="lru") as b:
+    lender = b._tracker.lender
+    lender.ext = Ext(lender.ext)
+    give_back_all = lender.give_back_all
+    def ended():
+        events.append(("end", None))
+        give_back_all()
+    lender.give_back_all = ended
+    m(x).square().mean().backward()
+print(json.dumps({"events": events, "recomputes": tp.stats()["tensorpager.runtime.recomputes"]}))
+""", timeout=600)
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    events = [tuple(e) for e in r["events"]]
+    during = events[:events.index(("end", None))]
+    replayed = {name for kind, name in during if kind == "back"}  # given back before the backward ended
+    assert r["recomputes"] > 0 and replayed, r
+    last = {name: kind for kind, name in during}
+    assert all(last[name] == "lend" for name in replayed), [n for n in replayed if last[n] != "lend"]
+
+
+@requires_ext
 def test_a_lent_storage_is_swapped_bit_identical_and_unreadable_while_away() -> None:
     r = _child("""
 ext = tp._install.load_ext()
