@@ -54,17 +54,7 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def _slow_selected(config: pytest.Config) -> bool:
-    """Tests marked slow run when ``-m`` names the marker (``-m slow``) or TP_SLOW=1 (nightly)."""
-    return "slow" in (config.getoption("markexpr", "") or "") or os.environ.get("TP_SLOW") == "1"
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not _slow_selected(config):
-        slow = pytest.mark.skip(reason="slow: runs with -m slow or TP_SLOW=1 (nightly)")
-        for item in items:
-            if "slow" in item.keywords:
-                item.add_marker(slow)
     if any("gpu" in item.keywords for item in items) and not _cuda_available():
         skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
         for item in items:
