@@ -5,9 +5,10 @@ below what the model cannot give back are refused at the first step
 boundary, with the figures (Note [Budget floor] in hooks/runtime).
 
 Every policy trains in CI: one child process runs the unmanaged reference
-and 10 budgeted runs of up to 3 steps (about 45 s on two cores). The size is the issue's smallest (batch 32, 160x160):
-ratios do not depend on it, since activations, and the operands of the layer
-that sets the floor, grow together with batch and image size.
+and 10 budgeted runs of up to 3 steps (about 50 s on two cores). The size
+is the issue's smallest (batch 32, 160x160): ratios do not depend on it,
+since activations, and the operands of the layer that sets the floor, grow
+together with batch and image size.
 
 Why 0.5, and why 0.3 cannot work: a ratio is of the first step's measured
 peak, 434 MiB reserved with expandable segments. At the stem's BatchNorm
