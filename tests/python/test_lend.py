@@ -57,6 +57,29 @@ def train(ratio=None, lend=True, steps=3, retain=False):
     return losses, state, stats
 """
 
+# The lender's ext, passed through: its real loans, each recorded as
+# record("lend", label) when made and record("back", label) when given back,
+# for the tensors that label(t) names (None: not recorded).
+RECORDING = """
+class RecordingLoan:
+    def __init__(self, loan, label, record):
+        self.loan, self.label, self.record = loan, label, record
+    def give_back(self):
+        self.record("back", self.label)
+        self.loan.give_back()
+
+class RecordingExt:
+    def __init__(self, ext, label, record):
+        self.ext, self.label, self.record = ext, label, record
+    def lend(self, t):
+        loan = self.ext.lend(t)
+        label = None if loan is None else self.label(t)
+        if label is None:
+            return loan
+        self.record("lend", label)
+        return RecordingLoan(loan, label, self.record)
+"""
+
 
 def _child(body: str) -> dict:
     proc = run_python(MODEL + body, timeout=600)
@@ -126,27 +149,18 @@ def test_parameters_come_back_before_gradients() -> None:
     # sat side by side, and zero_grad left holes between the weights that
     # stay (Note [Lending parameters and gradients]). The loans are the real
     # ones; the proxy only records the order in which they are given back.
-    r = _child("""
+    r = _child(RECORDING + """
 m = model()
 params = {id(p) for p in m.parameters()}
 orders = []
 
-class Loan:
-    def __init__(self, loan, kind):
-        self.loan, self.kind = loan, kind
-    def give_back(self):
-        orders[-1].append(self.kind)
-        self.loan.give_back()
-
-class Ext:
-    def __init__(self, ext):
-        self.ext = ext
-    def lend(self, t):
-        loan = self.ext.lend(t)
-        return None if loan is None else Loan(loan, "parameter" if id(t) in params else "gradient")
+def record(event, kind):
+    if event == "back":
+        orders[-1].append(kind)
 
 with tp.budget(None) as b:
-    b._tracker.lender.ext = Ext(b._tracker.lender.ext)
+    b._tracker.lender.ext = RecordingExt(b._tracker.lender.ext, lambda t: "parameter" if id(t) in params else "gradient",
+                                         record)
     for _ in range(2):
         orders.append([])
         nn.functional.cross_entropy(m(X), Y).backward()
@@ -169,6 +183,7 @@ import json, torch
 from torch import nn
 import tensorpager as tp
 tp.install(device="cpu", host_budget="1B")  # every eviction of an activation is a drop
+""" + RECORDING + """
 
 torch.manual_seed(0)
 m = nn.Sequential(*[nn.Sequential(nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 512)) for _ in range(6)])
@@ -176,30 +191,13 @@ x = torch.randn(2048, 512)
 names = {id(p): n for n, p in m.named_parameters()}
 events = []
 
-class Loan:
-    def __init__(self, loan, name):
-        self.loan, self.name = loan, name
-    def give_back(self):
-        events.append(("back", self.name))
-        self.loan.give_back()
-
-class Ext:
-    def __init__(self, ext):
-        self.ext = ext
-    def lend(self, t):
-        loan = self.ext.lend(t)
-        if loan is None or id(t) not in names:
-            return loan
-        events.append(("lend", names[id(t)]))
-        return Loan(loan, names[id(t)])
-
 m(x).square().mean().backward()
 peak = tp.stats()["allocated_bytes.all.peak"]
 m.zero_grad(set_to_none=True)
 tp.empty_cache()
 with tp.budget(peak // 2, policy="lru") as b:
     lender = b._tracker.lender
-    lender.ext = Ext(lender.ext)
+    lender.ext = RecordingExt(lender.ext, lambda t: names.get(id(t)), lambda event, name: events.append((event, name)))
     give_back_all = lender.give_back_all
     def ended():
         events.append(("end", None))
