@@ -29,6 +29,10 @@ lender must see that nothing reads a lent storage:
   again (a second backward through a retained graph) is given back first, and
   so is a parameter of a segment that tensorpager replays, which is lent
   again once the replay has run.
+- A node's backward may lend, for one call, a tensor it holds but reads no
+  more (``lent_while``): the split stem's backward lends its incoming
+  gradient while ``convolution_backward`` allocates, and takes it back when
+  the call returns (Note [The split lends its incoming gradient] in split.py).
 - Parameters and optimizer state are given back before gradients, since
   they outlive them: each restore allocates, and lent in pairs a weight and
   its gradient came back side by side, so the next zero_grad left holes
@@ -52,11 +56,12 @@ process lends under ``manage:all``, not under ``manage:activations``.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Iterator
 
 
 MIN_STATE_BYTES = 64 << 10  # optimizer state smaller than this stays put
@@ -185,6 +190,35 @@ class Lender:
             if gradient:
                 self.gradients.add(id(t))
 
+    @contextlib.contextmanager
+    def lent_while(self, t: Any) -> Iterator[None]:
+        """t lent for the block, given back when it ends: a node's backward
+        that holds t (its incoming gradient) but reads it no more (Note [The
+        split lends its incoming gradient] in split.py). Nothing outside a
+        backward, nor under torch.distributed; a loan that cannot come back
+        stays in ``lent``, for give_back_all()."""
+        if not self.in_backward or self._distributed() or id(t) in self.lent:
+            yield
+            return
+        self._lend(t)
+        try:
+            yield
+        except BaseException:
+            self._give_back(id(t), quiet=True)  # the block's error is the one to see
+            raise
+        self._give_back(id(t))
+
+    def _give_back(self, key: int, quiet: bool = False) -> None:
+        loan = self.lent.pop(key, None)
+        if loan is None:
+            return
+        try:
+            loan[1].give_back()
+        except Exception:
+            self.lent[key] = loan
+            if not quiet:
+                raise
+
     # --- giving back -------------------------------------------------------------------
     def give_back_params(self, module: Any) -> list[Any]:
         """Before a replay of module's forward: the parameters it reads,
@@ -241,3 +275,12 @@ class Lender:
             for h in self.hooks.values():
                 h.remove()
             self.hooks.clear()
+
+
+def lent_while(t: Any) -> contextlib.AbstractContextManager[None]:
+    """Lender.lent_while(t) of the active budget, if it lends; else nothing."""
+    from tensorpager import _runtime
+
+    b = _runtime.active()
+    lender = None if b is None or b._tracker is None else b._tracker.lender
+    return contextlib.nullcontext() if lender is None else lender.lent_while(t)

@@ -40,6 +40,18 @@ input, its output gradient, its input gradient and temporaries). Grouped
 convolutions are not split (a chunk of filters would read a chunk of
 inputs). Untested on CUDA, where cuDNN picks kernels by shape too.
 
+Note [The split lends its incoming gradient]
+Once the chunks have their gradients, the backward no longer reads its
+incoming gradient (the chain's output gradient), but autograd holds it until
+the backward returns, through the one ``convolution_backward`` call, which
+allocates as much again as the convolution's output on the CPU. So, under a
+budget that lends (Note [Lending parameters and gradients] in _lend.py), the
+incoming gradient is lent to the runtime for that call and given back after
+it: where the budget is short, it waits in host memory. For a ResNet-18 at
+batch 32, 160x160, that is 12.5 MiB of the 122 MiB the split stem's backward
+held; with it resident, `dtr` at 0.3 of the unsplit peak ran out of memory in
+that call in 7 runs of 19, short by 1.8 MiB (tests/python/test_budget_resnet18.py).
+
 Note [Running statistics]
 The forward runs each chunk's BatchNorm as ``nn.BatchNorm2d.forward`` does,
 on slices of its buffers, so the running mean and variance are updated once,
@@ -59,7 +71,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from tensorpager import _sizes
+from tensorpager import _lend, _sizes
 
 DEFAULT_CHUNK_BYTES = 8 << 20
 # Chunks are whole multiples of 8 channels: oneDNN computes float32 output
@@ -195,9 +207,10 @@ class _SplitChain(torch.autograd.Function):
                 grad_bb[c0:c1].copy_(next(grads))
             del y, grads  # nothing of a chunk outlives it: convolution_backward comes next
         conv = chain.conv
-        grad_x, grad_w, grad_b = torch.ops.aten.convolution_backward(
-            grad_y, x, w, None if b is None else [b.shape[0]], conv.stride, conv.padding, conv.dilation, False,
-            [0, 0], conv.groups, [need_x, need_w, need_b and b is not None])
+        with _lend.lent_while(grad_out):  # Note [The split lends its incoming gradient]
+            grad_x, grad_w, grad_b = torch.ops.aten.convolution_backward(
+                grad_y, x, w, None if b is None else [b.shape[0]], conv.stride, conv.padding, conv.dilation, False,
+                [0, 0], conv.groups, [need_x, need_w, need_b and b is not None])
         return (grad_x, None, None, grad_w, grad_b, grad_bw, grad_bb)
 
 

@@ -14,7 +14,7 @@ import json
 from conftest import requires_ext, run_python
 
 MODEL = """
-import json, torch
+import contextlib, json, torch
 from torch import nn
 import tensorpager as tp
 tp.install(device="cpu")
@@ -32,13 +32,10 @@ X, Y = torch.randn(8, 3, 64, 64), torch.randint(0, 10, (8,))
 def train(ratio=None, lend=True, steps=3, retain=False):
     m = model()
     opt = torch.optim.SGD(m.parameters(), lr=0.01)
-    scope = tp.budget(ratio, policy="lru", lend=lend) if ratio is not None else None
     losses = []
-    if scope is not None:
-        scope.__enter__()
-    try:
+    with tp.budget(ratio, policy="lru", lend=lend) if ratio is not None else contextlib.nullcontext():
         for i in range(steps):
-            if i == 1 and scope is not None:
+            if i == 1 and ratio is not None:
                 tp.step()
                 tp.reset_peak_stats()
             opt.zero_grad()
@@ -50,9 +47,6 @@ def train(ratio=None, lend=True, steps=3, retain=False):
             losses.append(loss.item().hex())
         stats = tp.stats()
         stats["budget"] = tp.get_budget()
-    finally:
-        if scope is not None:
-            scope.__exit__(None, None, None)
     state = {k: v.detach().clone() for k, v in m.state_dict().items()}
     return losses, state, stats
 """
@@ -280,3 +274,42 @@ with tp.budget(1 << 30, policy="lru"):
 print(json.dumps({"kept": kept}))
 """)
     assert r["kept"] == [0, 0], r
+
+
+@requires_ext
+def test_the_split_stem_lends_its_incoming_gradient_while_convolution_backward_runs() -> None:
+    # Note [The split lends its incoming gradient] in tensorpager/split.py:
+    # after its chunks, the split's backward reads its incoming gradient no
+    # more, though autograd holds it through convolution_backward. It is lent
+    # for that call and given back before the backward reaches the layer
+    # under the stem (the hook on its input), with the gradients unchanged.
+    r = _child(RECORDING + """
+def stem_net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 16, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+                         nn.MaxPool2d(3, stride=2, padding=1), nn.Conv2d(16, 4, 3, padding=1), nn.Flatten(),
+                         nn.Linear(4 * 16 * 16, 10))
+
+def step(m, events):
+    torch.manual_seed(2)
+    x = torch.randn(4, 3, 64, 64, requires_grad=True)
+    x.register_hook(lambda g: events.append(("input", None)))
+    out = m(x)
+    nn.functional.cross_entropy(out, Y[:4]).backward()
+    return [x.grad] + [p.grad for p in m.parameters()]
+
+ref = step(stem_net(), [])
+m = stem_net()
+split = tp.split_channels(m, chunk_bytes=1)  # chunks of 8 channels
+incoming = (4, 16, 16, 16)  # the pool's output: the chain's
+events = []
+with tp.budget(None) as b:
+    lender = b._tracker.lender
+    lender.ext = RecordingExt(lender.ext, lambda t: "incoming" if tuple(t.shape) == incoming else None,
+                              lambda event, name: events.append((event, name)))
+    grads = step(m, events)
+print(json.dumps({"events": events, "same": all(torch.equal(a, b) for a, b in zip(ref, grads)),
+                  "split": split.chains != []}))
+""")
+    assert r["split"] and r["same"], r
+    assert [tuple(e) for e in r["events"]] == [("lend", "incoming"), ("back", "incoming"), ("input", None)], r
