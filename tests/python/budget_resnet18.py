@@ -11,6 +11,7 @@ floor]), the step at which it was refused and the message."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -32,15 +33,13 @@ def train(ratio: float | None, policy: str | None, lend: bool = True, split_of: 
     torch.manual_seed(1)
     x, y = torch.randn(BATCH, 3, SIZE, SIZE), torch.randint(0, 10, (BATCH,))
     limit = ratio if split_of is None else int(ratio * split_of)
-    scope = tp.budget(limit, policy=policy, lend=lend) if ratio is not None else None
-    if scope is not None:
-        scope.__enter__()
-    else:
-        tp.reset_peak_stats()  # as a ratio budget's scope does: first_peak is then the step's, as it measures it
+    scope = tp.budget(limit, policy=policy, lend=lend) if ratio is not None else contextlib.nullcontext()
     losses, budget, peak = [], None, 0
-    try:
+    with scope:
+        if ratio is None:
+            tp.reset_peak_stats()  # as a ratio budget's scope does: first_peak is then the step's, as it measures it
         for i in range(STEPS):
-            if i == 1 and scope is not None:
+            if i == 1 and ratio is not None:
                 try:
                     tp.step()  # the first boundary: a ratio becomes bytes, or is refused
                 except torch.OutOfMemoryError as e:
@@ -56,9 +55,6 @@ def train(ratio: float | None, policy: str | None, lend: bool = True, split_of: 
                 first_peak = tp.stats()["reserved_bytes.all.peak"]
             budget = tp.get_budget()
             peak = max(peak, tp.stats()["reserved_bytes.all.peak"]) if i > 0 else peak
-    finally:
-        if scope is not None:
-            scope.__exit__(None, None, None)
     stats = tp.stats()
     return {"policy": policy, "ratio": ratio, "lend": lend, "losses": losses, "budget": budget, "peak_after_first": peak,
             "first_peak": first_peak,
