@@ -38,6 +38,12 @@ def main() -> None:
     y = torch.randint(0, 10, (args.batch,), device=device)
     with tp.budget(args.ratio, policy=args.policy, timeline=args.timeline):
         for step in range(args.steps):
+            if step > 0:
+                # Optional (the next forward marks the boundary too): here, so
+                # that each step prints its own peak. The first step ran
+                # unbudgeted, measuring the peak that the ratio is a share of.
+                tp.step()
+                tp.reset_peak_stats()
             opt.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(x), y)
             loss.backward()
