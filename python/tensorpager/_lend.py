@@ -120,9 +120,7 @@ class Lender:
     def unpack_parameter(self, x: SavedParameter) -> Any:
         self.boundary()
         p = x.param
-        loan = self.lent.pop(id(p), None)
-        if loan is not None:
-            loan[1].give_back()  # read again: a retained graph's second backward
+        self._give_back(id(p))  # read again: a retained graph's second backward
         entry = self.packs.get(id(p))
         if entry is not None and self.in_backward:
             entry[1] -= 1
@@ -195,8 +193,7 @@ class Lender:
         """t lent for the block, given back when it ends: a node's backward
         that holds t (its incoming gradient) but reads it no more (Note [The
         split lends its incoming gradient] in split.py). Nothing outside a
-        backward, nor under torch.distributed; a loan that cannot come back
-        stays in ``lent``, for give_back_all()."""
+        backward, nor under torch.distributed."""
         if not self.in_backward or self._distributed() or id(t) in self.lent:
             yield
             return
@@ -208,30 +205,27 @@ class Lender:
             raise
         self._give_back(id(t))
 
-    def _give_back(self, key: int, quiet: bool = False) -> None:
+    # --- giving back -------------------------------------------------------------------
+    def _give_back(self, key: int, quiet: bool = False) -> bool:
+        """Ends the loan of lent[key], if any; whether there was one. A loan
+        that cannot come back stays in ``lent``, for give_back_all()."""
         loan = self.lent.pop(key, None)
         if loan is None:
-            return
+            return False
         try:
             loan[1].give_back()
         except Exception:
             self.lent[key] = loan
             if not quiet:
                 raise
+        return True
 
-    # --- giving back -------------------------------------------------------------------
     def give_back_params(self, module: Any) -> list[Any]:
         """Before a replay of module's forward: the parameters it reads,
         resident. Returns those that were lent, for lend_again()."""
         from tensorpager._replay import modules_read
 
-        returned = []
-        for p in (p for m in modules_read(module) for p in m.parameters(recurse=False)):
-            loan = self.lent.pop(id(p), None)
-            if loan is not None:
-                loan[1].give_back()
-                returned.append(p)
-        return returned
+        return [p for m in modules_read(module) for p in m.parameters(recurse=False) if self._give_back(id(p))]
 
     def lend_again(self, params: list[Any]) -> None:
         """After the replay: what give_back_params() returned is lent again.
