@@ -227,7 +227,9 @@ allocator_stats cuda_adapter::unopened_stats() {
 
 void* cuda_adapter::allocate_on(c10::DeviceIndex device, std::size_t n, cudaStream_t stream) {
   const platform_device_guard guard(*platform_, device);  // Note [Device guards]
-  caching_allocator& a = with_c10_errors([&]() -> caching_allocator& { return allocator_for(device); });
+  // Through a pointer: a reference bound to the call's result is what GCC 13's
+  // -Wdangling-reference flags (the lambda is a temporary argument).
+  caching_allocator& a = *with_c10_errors([&] { return &allocator_for(device); });
   void* ptr = nullptr;
   try {
     ptr = a.allocate(n, to_stream_id(stream));

@@ -53,6 +53,20 @@ ctest --test-dir build --output-on-failure -j "$JOBS"
 step "GPU check without a GPU (scripts/gpu_check.sh on this build: its CPU stages, the GPU ones listed as skipped)"
 bash scripts/gpu_check.sh --run --build-dir build build/gpu-check
 
+step "GPU check plan (scripts/gpu_check.sh --dry-run: each stage's share of the lease's 8 minutes)"
+bash scripts/gpu_check.sh --dry-run --build-dir build/gpu-dry build/gpu-dry/out
+
+if [[ "$TP_CMAKE_SUMMARY" == *"CUDA toolkit: yes"* ]]; then
+  # The GPU machine has no GoogleTest: the GPU test binaries must build from its
+  # source (Note [GoogleTest from source] in cmake/googletest.cmake). Without
+  # torch here, so it stays short; hooks_cuda_test links the same GTest targets.
+  step "GPU test binaries with GoogleTest built from source (the installed one hidden)"
+  tp_configure build-nogtest -DTP_WITH_CUDA=ON -DCMAKE_DISABLE_FIND_PACKAGE_GTest=TRUE "${debug_args[@]}"
+  grep -E "^-- GoogleTest: " /tmp/tp-configure-build-nogtest.log
+  cmake --build build-nogtest -j "$JOBS" --target cuda_device_test allocator_conformance_cuda_test
+  build-nogtest/tests/device/cuda_device_test --gtest_brief=1
+fi
+
 step "timeline recording overhead (informational: build/bench/tp_profiler_bench)"
 build/bench/tp_profiler_bench --summary_only
 

@@ -59,15 +59,17 @@ def mlp_dropout() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
 MODELS = {"resnet": small_resnet, "transformer": small_transformer, "mlp": mlp_dropout}
 
 
-def train(name: str, ratio: float | None, policy: str | None) -> dict:
+def train(name: str, ratio: float | None, policy: str | None, device: str = "cpu") -> dict:
     """STEPS SGD steps from the same weights, data and RNG; returns the losses,
     gradients and buffers after the last step (batch norm's running
     statistics: a recompute must not count twice in them), as float hex, and
-    what the runtime did."""
+    what the runtime did. The model and data are made on the CPU and moved to
+    ``device``, so every device starts from the same values."""
     import tensorpager as tp
 
     torch.manual_seed(0)
     model, x, y = MODELS[name]()
+    model, x, y = model.to(device), x.to(device), y.to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     torch.manual_seed(1)
     losses, grads, peaks = [], [], []
