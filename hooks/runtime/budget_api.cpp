@@ -59,7 +59,11 @@ std::optional<std::size_t> begin_session(const session_request& req) {
   r.last = r.active;
   r.pending_ratio = req.ratio;
   r.steps = 0;
-  if (req.ratio) a.control.reset_peaks();
+  if (req.ratio) {
+    // Note [A ratio measures its first step] in budget_api.hpp.
+    a.control.release_cache();
+    a.control.reset_peaks();
+  }
   return previous;
 }
 

@@ -121,6 +121,28 @@ def test_budget_api_errors_and_stats() -> None:
 
 
 @requires_ext
+def test_a_ratio_is_a_share_of_its_first_steps_peak_not_of_the_cache_before_it() -> None:
+    # Note [A ratio measures its first step]. On an H200 the first of several
+    # budgets in one process measured the cache two unmanaged runs had left
+    # reserved, got 1.5 times the others' budget, and evicted nothing.
+    run_python(
+        """
+        import torch, tensorpager as tp
+        tp.install(device="cpu")
+        big = torch.empty(64 << 20, dtype=torch.uint8)
+        del big  # cached: reserved, not allocated
+        assert tp.stats()["reserved_bytes.all.current"] >= 64 << 20
+        with tp.budget(1.0):  # the whole peak: no floor to refuse it
+            x = torch.randn(512, 512, requires_grad=True)  # 1 MiB
+            (x * 2).relu().sum().backward()
+            tp.step()
+            budget = tp.get_budget()
+        assert 0 < budget < 16 << 20, budget  # the step's few MiB, not the 64 MiB cached before it
+        """
+    )
+
+
+@requires_ext
 def test_a_replay_stops_at_the_tensor_it_rebuilds() -> None:
     # Note [A replay stops at its tensor]: a block replayed for a tensor
     # saved early in its forward does not run the rest of it. Each block ends

@@ -8,13 +8,17 @@ CUDA. Each case runs in a child started as a user would; the CUDA adapter is
 forced with ``device:cuda`` so that it is the one installed even without a
 GPU. Calls are counted where tensorpager makes them (its driver loader,
 ``_C.cuda_driver_calls()``), and what PyTorch or anyone did is seen from
-outside: torch's own flag, and whether the driver library is mapped at all.
+outside: torch's own flag, and whether the driver library is mapped beyond
+what ``import torch`` alone maps (torch 2.11's CUDA wheels map it at import:
+cuBLASLt opens it as torch's libraries load, seen on an H200 on 2026-11-27;
+mapping it initialises nothing).
 The GPU halves (a tensor allocated in the forked child, CUDA_VISIBLE_DEVICES
 after import) are in test_gpu.py.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -49,6 +53,13 @@ def _cuda_build() -> bool:
     return proc.stdout.strip() == "cuda-build"
 
 
+@functools.cache
+def _torch_maps_libcuda() -> bool:
+    """Whether ``import torch`` without tensorpager maps the driver library."""
+    proc = run_python("import torch; print('libcuda.so' in open('/proc/self/maps').read())")
+    return proc.stdout.split()[-1] == "True"
+
+
 requires_cuda_build = pytest.mark.skipif(
     extension_path() is None or not _cuda_build(), reason="tensorpager._C was built without TP_WITH_CUDA"
 )
@@ -70,7 +81,7 @@ print(json.dumps(state()))
     )
     after_import, after_queries = (json.loads(line) for line in proc.stdout.splitlines()[-2:])
     expected = {"installed": True, "kind": "cuda", "driver_calls": 0, "torch_initialized": False,
-                "libcuda_mapped": False}
+                "libcuda_mapped": _torch_maps_libcuda()}
     assert after_import == expected
     assert after_queries == expected
 
@@ -83,7 +94,8 @@ def test_choosing_the_device_at_import_makes_no_cuda_call() -> None:
         env=clean_env(PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager"),
     )
     s = json.loads(proc.stdout.splitlines()[-1])
-    assert s["installed"] and not s["torch_initialized"] and not s["libcuda_mapped"], s
+    assert s["installed"] and not s["torch_initialized"], s
+    assert s["libcuda_mapped"] == _torch_maps_libcuda(), s
     assert s["driver_calls"] == 0
 
 

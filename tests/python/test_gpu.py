@@ -86,22 +86,28 @@ def test_record_stream_delays_reuse_on_another_stream() -> None:
         n = 64 << 20
         x = torch.empty(n, dtype=torch.uint8, device="cuda")
         ptr = x.data_ptr()
+        # The first launch of a kernel loads its module, which waits for the
+        # whole device (CUDA's lazy loading): launch add_ once before the sleep,
+        # or it would wait for the sleep and leave the side stream idle.
+        x.add_(1)
+        torch.cuda.synchronize()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             torch.cuda._sleep(2_000_000_000)  # keep the side stream busy (about a second)
             x.add_(1)
         x.record_stream(side)
+        busy = not side.query()
         del x
         y = torch.empty(n, dtype=torch.uint8, device="cuda")
         busy_reuse = y.data_ptr() == ptr
         side.synchronize()
         del y
         z = torch.empty(n, dtype=torch.uint8, device="cuda")
-        print(busy_reuse, torch.cuda.memory_allocated() == z.numel())
+        print(busy, busy_reuse, torch.cuda.memory_allocated() == z.numel())
         """
     )
-    assert out.split() == ["False", "True"]
+    assert out.split() == ["True", "False", "True"]  # busy at the free; not reused; freed after
 
 
 _RESNET = """
