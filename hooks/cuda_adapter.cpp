@@ -194,9 +194,10 @@ runtime_resources cuda_adapter::runtime_resources_now() {
   }
   runtime_resources res{*state.dev, a, *state.host, clock_, compute, /*host_synchronous=*/false, d};
   // Note [Restores allocate for the tensor's device and stream] in runtime_host.hpp.
-  res.allocate_on_compute = [this, d, compute](std::size_t bytes) {
-    return allocate_on(d, bytes, to_cuda_stream(compute));
+  res.allocate_on = [this, d](std::size_t bytes, stream_id stream) {
+    return allocate_on(d, bytes, to_cuda_stream(stream));
   };
+  res.current_stream = [this, d] { return platform_->current_stream(d); };
   return res;
 }
 

@@ -170,7 +170,7 @@ class cuda_adapter final : public c10::cuda::CUDACachingAllocator::CUDAAllocator
   // --- runtime_host (the budget runtime, budget_session.hpp) --------------------
   /// PyTorch's current device and stream; the device's pinned host pool is
   /// created on first use. Restores allocate on that device and stream
-  /// (runtime_resources::allocate_on_compute).
+  /// (runtime_resources::allocate_on).
   runtime_resources runtime_resources_now() override;
 
  private:

@@ -22,8 +22,8 @@ struct runtime_resources {
   caching_allocator& alloc;
   pinned_host_pool& host;
   clock& clk;
-  /// The stream torch computes on now: the current CUDA stream, or the
-  /// simulated device's default stream behind the CPU adapter.
+  /// The stream torch computed on when these were taken: the current CUDA
+  /// stream, or the simulated device's default stream behind the CPU adapter.
   stream_id compute;
   /// True when compute runs on the host (the CPU adapter): a restore must be
   /// finished before the tensor is handed back, since CPU kernels do not wait
@@ -31,24 +31,29 @@ struct runtime_resources {
   bool host_synchronous;
   /// The device's index (the timeline's device of the runtime's events).
   int device_index = 0;
-  /// Allocates bytes for a restore on this device and for `compute`, with
-  /// the device current, whatever device and stream are current when the
-  /// restore runs; the memory is freed by the adapter's raw_deleter(). Empty
-  /// where torch's current device and stream are always these (the CPU
-  /// adapter): restores then allocate through the adapter's allocate().
-  /// See Note [Restores allocate for the tensor's device and stream].
-  std::function<void*(std::size_t bytes)> allocate_on_compute{};
+  /// Allocates bytes for a restore on this device and for `stream`, with the
+  /// device current, whatever device and stream are current when the restore
+  /// runs; the memory is freed by the adapter's raw_deleter(). Empty where
+  /// torch's current device and stream are always these (the CPU adapter):
+  /// restores then allocate through the adapter's allocate(). See Note
+  /// [Restores allocate for the tensor's device and stream].
+  std::function<void*(std::size_t bytes, stream_id stream)> allocate_on{};
+  /// The stream torch computes on now on this device, where a tensor is
+  /// saved or used (Note [Tensors used on several streams] in
+  /// runtime/transfer_engine.hpp). Empty: always `compute` (the CPU adapter).
+  std::function<stream_id()> current_stream{};
 };
 
 // Note [Restores allocate for the tensor's device and stream]
 // The runtime orders a restore's copy after the work of the tensor's stream
-// (the one it was tracked with, `compute`), and the caching allocator reuses a
-// block freed on a stream at once on that stream (Note [Stream-ordered reuse]
-// in caching_allocator.hpp). So the memory a restore copies into must be
-// allocated for `compute`, on the tensor's device: allocated for whatever
-// stream is current at unpack (a torch.cuda.stream block, backward on a side
-// stream) it could be a block that queued kernels on `compute` still read, and
-// with another device current it would land on the wrong GPU.
+// (the one current when it was first saved), and the caching allocator reuses
+// a block freed on a stream at once on that stream (Note [Stream-ordered
+// reuse] in caching_allocator.hpp). So the memory a restore copies into must
+// be allocated for the tensor's stream, on the tensor's device: allocated for
+// whatever stream is current at unpack (a torch.cuda.stream block, backward
+// on a side stream) it could be a block that queued kernels on the tensor's
+// stream still read, and with another device current it would land on the
+// wrong GPU.
 
 /// Implemented by cpu_adapter and cuda_adapter. Thread-safety: any thread.
 class runtime_host {

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <list>
 #include <thread>
+#include <vector>
 
 #include "allocator/pinned_host_pool.hpp"
 #include "device/device.hpp"
@@ -55,9 +56,10 @@ class storage_binding {
   /// Drops the device storage (torch: drop the DataPtr so its deleter frees it
   /// through the caching allocator). Called only when no queued copy reads it.
   virtual void release_device() noexcept = 0;
-  /// New device storage of `bytes` for a restore, used on the tensor's stream;
-  /// the runtime copies the contents in. May throw tp::out_of_memory.
-  virtual void* allocate_device(std::size_t bytes) = 0;
+  /// New device storage of `bytes` for a restore, allocated for `stream` (the
+  /// tensor's: Note [Prefetch ordering] in transfer_engine.hpp); the runtime
+  /// copies the contents in. May throw tp::out_of_memory.
+  virtual void* allocate_device(std::size_t bytes, stream_id stream) = 0;
   /// Re-creates storage and contents of a dropped tensor on its stream (torch:
   /// replay the module with the RNG state restored). The runtime does not
   /// allocate first: a replay allocates its own outputs, and pre-allocating
@@ -84,6 +86,9 @@ struct managed_tensor {
   storage_binding* binding = nullptr;  ///< never null
   std::size_t bytes = 0;
   stream_id stream = default_stream;   ///< the compute stream that uses it
+  /// The other streams it was used on (Note [Tensors used on several
+  /// streams] in transfer_engine.hpp); usually none.
+  std::vector<stream_id> other_streams;
   tensor_state state = tensor_state::resident;
   std::int64_t last_access_ns = 0;
   std::uint64_t access_count = 0;

@@ -187,6 +187,13 @@ class memory_runtime final : public reclaimer {
   /// A use of the tensor on its stream: makes it resident (ensure_resident),
   /// records the access, prefetches ahead.
   void access(tensor_id id);
+  /// access() by work on `on`, which waits for a restore's copy and joins
+  /// the tensor's streams if it is another (Note [Tensors used on several
+  /// streams] in transfer_engine.hpp).
+  void access(tensor_id id, stream_id on);
+  /// Notes that work on `on` uses the tensor too (saved again by an op on
+  /// another stream), changing nothing else.
+  void use_on(tensor_id id, stream_id on);
   /// access(), and keeps the tensor resident (no victim) until the matching
   /// unpin(): an operator's inputs while it runs, as DTR locks them. Pins
   /// nest. Throws as ensure_resident (then nothing is pinned).
@@ -258,7 +265,8 @@ class memory_runtime final : public reclaimer {
   void ensure_resident_locked(managed_tensor& t, stream_id compute, lock_type& lock);
   void recompute_unlocked(managed_tensor& t, lock_type& lock);
   // access() with mu_ held once by `lock` (pin() uses it too).
-  void access_locked(managed_tensor& t, lock_type& lock);
+  void access_locked(managed_tensor& t, stream_id on, lock_type& lock);
+  static void note_stream(managed_tensor& t, stream_id on);
   // Whether the calling thread is inside a recompute() (Note [Replays run
   // beside other threads]).
   bool replaying_locked() const;

@@ -48,7 +48,7 @@ bool memory_runtime::recompute_over_limit_locked() const {
 void memory_runtime::drop_locked(managed_tensor& t) {
   candidates_.remove(t);
   notify_locked(runtime_event_kind::eviction, &t, 1);  // before release: the block's address
-  t.binding->release_device();
+  engine_.release_dropped(t);
   t.state = tensor_state::dropped;
   // Note [Recompute limit]: the drop commits its recompute, and that of the
   // parents its replay will need.

@@ -15,12 +15,31 @@ namespace tp {
 
 void memory_runtime::access(tensor_id id) {
   lock_type lock(mu_);
-  access_locked(find(id), lock);
+  managed_tensor& t = find(id);
+  access_locked(t, t.stream, lock);
 }
 
-void memory_runtime::access_locked(managed_tensor& t, lock_type& lock) {
+void memory_runtime::access(tensor_id id, stream_id on) {
+  lock_type lock(mu_);
+  access_locked(find(id), on, lock);
+}
+
+void memory_runtime::use_on(tensor_id id, stream_id on) {
+  lock_type lock(mu_);
+  note_stream(find(id), on);
+}
+
+void memory_runtime::note_stream(managed_tensor& t, stream_id on) {
+  if (on == t.stream) return;
+  if (std::find(t.other_streams.begin(), t.other_streams.end(), on) == t.other_streams.end()) {
+    t.other_streams.push_back(on);
+  }
+}
+
+void memory_runtime::access_locked(managed_tensor& t, stream_id on, lock_type& lock) {
   poll_locked();
-  ensure_resident_locked(t, t.stream, lock);
+  note_stream(t, on);  // before a restore: its copy makes every user stream wait
+  ensure_resident_locked(t, on, lock);
   t.last_access_ns = clock_.now_ns();
   ++t.access_count;
   candidates_.touch(t);
@@ -46,7 +65,7 @@ bool memory_runtime::replaying_locked() const {
 void memory_runtime::pin(tensor_id id) {
   lock_type lock(mu_);
   managed_tensor& t = find(id);
-  access_locked(t, lock);  // held once: Note [Recompute outside the lock]
+  access_locked(t, t.stream, lock);  // held once: Note [Recompute outside the lock]
   ++t.pins;
   candidates_.remove(t);
 }

@@ -44,10 +44,7 @@ bool transfer_engine::start_offload(managed_tensor& t) {
     ++stats_.host_pool_refusals;
     return false;
   }
-  const event_id ready = events_.take();
-  dev_.record_event(ready, t.stream);
-  dev_.stream_wait_event(offload_, ready);
-  events_.give(ready);  // the wait captured the record (Note [Offload ordering])
+  wait_for_users(t, offload_);  // Note [Offload ordering], step (1)
   dev_.copy_async(host.ptr, t.binding->device_ptr(), t.bytes, offload_);
   t.copy_event = events_.take();
   t.has_copy_event = true;
@@ -78,6 +75,36 @@ void transfer_engine::release_behind(managed_tensor& t, stream_id stream) {
   }
   dev_.synchronize_event(t.copy_event);  // memory the allocator cannot guard: only the host can wait
   ++stats_.host_waits;
+}
+
+void transfer_engine::wait_for_users(managed_tensor& t, stream_id waiter) {
+  const event_id ready = events_.take();
+  const auto wait_for = [&](stream_id user) {
+    dev_.record_event(ready, user);
+    dev_.stream_wait_event(waiter, ready);  // captures this record: the event is free again
+  };
+  try {
+    wait_for(t.stream);
+    for (const stream_id s : t.other_streams) wait_for(s);
+  } catch (...) {
+    events_.give(ready);
+    throw;
+  }
+  events_.give(ready);
+}
+
+void transfer_engine::release_dropped(managed_tensor& t) {
+  void* p = t.binding->device_ptr();
+  if (p != nullptr && alloc_.allocation_size(p) != 0) {
+    // The block's own stream orders its reuse already; record_stream ignores it.
+    alloc_.record_stream(p, t.stream);
+    for (const stream_id s : t.other_streams) alloc_.record_stream(p, s);
+  } else if (p != nullptr && !t.other_streams.empty()) {
+    dev_.synchronize(t.stream);  // memory the allocator cannot guard: only the host can wait
+    for (const stream_id s : t.other_streams) dev_.synchronize(s);
+    ++stats_.host_waits;
+  }
+  t.binding->release_device();
 }
 
 void transfer_engine::release_offloading(managed_tensor& t) {
@@ -111,7 +138,7 @@ void transfer_engine::cancel_offload(managed_tensor& t) {
 }
 
 void transfer_engine::start_prefetch(managed_tensor& t) {
-  void* dst = t.binding->allocate_device(t.bytes);
+  void* dst = t.binding->allocate_device(t.bytes, t.stream);
   const event_id ready = events_.take();
   dev_.record_event(ready, t.stream);
   dev_.stream_wait_event(prefetch_, ready);
@@ -138,6 +165,9 @@ bool transfer_engine::copy_done(managed_tensor& t) { return dev_.query_event(t.c
 void transfer_engine::finish_prefetch(managed_tensor& t, stream_id compute, std::int64_t late_since_ns) {
   dev_.stream_wait_event(compute, t.copy_event);
   if (compute != t.stream) dev_.stream_wait_event(t.stream, t.copy_event);
+  for (const stream_id s : t.other_streams) {
+    if (s != compute) dev_.stream_wait_event(s, t.copy_event);  // Note [Tensors used on several streams]
+  }
   defer_host_free(t);
   if (late_since_ns >= 0 && observer_ != nullptr) {  // Note [Late copies]
     deferred_free& d = deferred_.back();

@@ -49,6 +49,22 @@
 // program's calls into the runtime. runtime_stats::stall_ns stays the
 // host's time (recomputes).
 //
+// Note [Tensors used on several streams]
+// A tensor is tracked on the stream current when it was first saved (its
+// `stream`), and every other stream that saves or uses it is kept in
+// `other_streams`: a forward region under torch.cuda.stream(side) produces
+// tensors there, and the op that reads them next may run on another stream.
+// What reads or frees the device storage behind the program's back is
+// ordered after all of them: an offload's copy waits on an event of each
+// (step (1) of Note [Offload ordering]); a release without a copy (a drop)
+// makes the allocator keep the block until each has passed it
+// (caching_allocator::record_stream, a no-op for the block's own stream),
+// or, for memory the allocator does not know, the host waits for each. A
+// restore makes the stream that asked for it, the tensor's stream and the
+// other streams wait on the copy. Seen on an H200 (2026-11-27): with every
+// tensor ordered on the one stream current when the budget began, a forward
+// on a side stream kept busy gave wrong gradients under every policy.
+//
 // Waits for an event alone (stream_wait_event) capture the record current at
 // call time, so the scratch event of step (1) is reused at once.
 
@@ -107,6 +123,11 @@ class transfer_engine {
   void release_offloading(managed_tensor& t);
   /// Requires: t offloading. t is resident again at once (no round trip).
   void cancel_offload(managed_tensor& t);
+  /// Requires: t resident. Releases its device storage with no copy (a drop),
+  /// behind the work queued on every stream that used it (Note [Tensors used
+  /// on several streams]). Blocks the host only for memory the allocator
+  /// does not own and a tensor used on several streams.
+  void release_dropped(managed_tensor& t);
 
   /// Requires: t on_host. Allocates through the binding (may re-enter the
   /// runtime's reclaim; may throw tp::out_of_memory, leaving t on_host) and
@@ -114,8 +135,9 @@ class transfer_engine {
   void start_prefetch(managed_tensor& t);
   /// Requires: t prefetching. Whether the copy has completed.
   bool copy_done(managed_tensor& t);
-  /// Requires: t prefetching. Makes `compute` (and t's stream) wait on the
-  /// copy's event, without blocking the host; t is resident. late_since_ns
+  /// Requires: t prefetching. Makes `compute`, t's stream and its other
+  /// streams wait on the copy's event, without blocking the host; t is
+  /// resident. late_since_ns
   /// >= 0: the copy had not arrived when the tensor was asked for then, and
   /// poll() reports the stall once it has (Note [Late copies]).
   void finish_prefetch(managed_tensor& t, stream_id compute, std::int64_t late_since_ns = -1);
@@ -163,6 +185,9 @@ class transfer_engine {
   void defer_host_free(managed_tensor& t);
   // Frees t's device storage behind the work queued on `stream`.
   void release_behind(managed_tensor& t, stream_id stream);
+  // Makes `waiter` wait for the work queued so far on every stream that used
+  // t (Note [Tensors used on several streams]).
+  void wait_for_users(managed_tensor& t, stream_id waiter);
   void notify(runtime_event_kind kind, const managed_tensor& t, stream_id stream, std::int64_t detail = 0) {
     if (observer_ != nullptr) emit(kind, t, stream, detail);
   }

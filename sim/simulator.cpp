@@ -40,7 +40,7 @@ class sim_binding final : public storage_binding {
   sim_binding(replay& r, std::size_t index, void* ptr) : replay_(r), index_(index), ptr_(ptr) {}
   void* device_ptr() const override { return ptr_; }
   void release_device() noexcept override;
-  void* allocate_device(std::size_t bytes) override;
+  void* allocate_device(std::size_t bytes, stream_id stream) override;
   void recompute() override;
   void* take() { return std::exchange(ptr_, nullptr); }
 
@@ -363,7 +363,7 @@ void sim_binding::release_device() noexcept {
   replay_.deallocate(ptr_);
   ptr_ = nullptr;
 }
-void* sim_binding::allocate_device(std::size_t bytes) {
+void* sim_binding::allocate_device(std::size_t bytes, stream_id /*stream*/) {  // one stream in a trace
   ptr_ = replay_.allocate(bytes);
   return ptr_;
 }

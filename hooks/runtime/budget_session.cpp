@@ -46,6 +46,10 @@ std::shared_ptr<memory_runtime> budget_session::runtime() const {
 
 bool budget_session::closed() const { return runtime() == nullptr; }
 
+stream_id budget_session::current_stream() const {
+  return res_.current_stream ? res_.current_stream() : res_.compute;
+}
+
 bool budget_session::manageable(const at::Tensor& t) const {
   if (!t.defined() || !t.has_storage() || t.is_sparse() || t.is_nested()) return false;
   const c10::Storage& storage = t.storage();
@@ -65,10 +69,17 @@ std::shared_ptr<saved_storage> budget_session::adopt(const at::Tensor& t, bool* 
   c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
   std::unique_lock lock(mu_);
   if (!runtime_) return nullptr;
+  const stream_id stream = current_stream();
   if (auto it = by_storage_.find(impl); it != by_storage_.end()) {
     if (auto existing = it->second.lock()) {
       // A lent storage stays the program's: saving it keeps it as it is.
-      return existing->lent() ? nullptr : existing;
+      if (existing->lent()) return nullptr;
+      const auto rt = runtime_;
+      lock.unlock();
+      // Saved again, maybe by an op on another stream: Note [Tensors used on
+      // several streams] in runtime/transfer_engine.hpp.
+      if (existing->id()) rt->use_on(*existing->id(), stream);
+      return existing;
     }
   }
   auto s = std::make_shared<saved_storage>(shared_from_this(), t.storage(), allocator_);
@@ -76,7 +87,7 @@ std::shared_ptr<saved_storage> budget_session::adopt(const at::Tensor& t, bool* 
   const auto rt = runtime_;
   lock.unlock();
   // Tracking may evict (proactive offload) and so call other bindings: no lock.
-  s->set_id(rt->track(*s, s->nbytes(), res_.compute, /*recompute_cost_ns=*/0));
+  s->set_id(rt->track(*s, s->nbytes(), stream, /*recompute_cost_ns=*/0));
   if (fresh != nullptr) *fresh = true;
   return s;
 }
@@ -100,7 +111,7 @@ std::shared_ptr<saved_storage> budget_session::lend(const at::Tensor& t) {
   by_storage_[impl] = s;
   const auto rt = runtime_;
   lock.unlock();
-  s->set_id(rt->track(*s, s->nbytes(), res_.compute, /*recompute_cost_ns=*/0));
+  s->set_id(rt->track(*s, s->nbytes(), current_stream(), /*recompute_cost_ns=*/0));
   return s;
 }
 

@@ -77,6 +77,9 @@ class budget_session : public std::enable_shared_from_this<budget_session> {
   /// the caller's call.
   std::shared_ptr<memory_runtime> runtime() const;
   const runtime_resources& resources() const { return res_; }
+  /// The stream torch computes on now on the session's device (Note
+  /// [Tensors used on several streams] in runtime/transfer_engine.hpp).
+  stream_id current_stream() const;
   /// Called by ~saved_storage.
   void forget(saved_storage& s) noexcept;
 

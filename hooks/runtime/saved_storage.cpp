@@ -49,13 +49,13 @@ void saved_storage::release_device() noexcept {
   storage_.unsafeGetStorageImpl()->set_data_ptr_noswap(c10::DataPtr(nullptr, storage_.device()));
 }
 
-void* saved_storage::allocate_device(std::size_t bytes) {
+void* saved_storage::allocate_device(std::size_t bytes, stream_id stream) {
   c10::DataPtr fresh;
   try {
     // Note [Restores allocate for the tensor's device and stream] in runtime_host.hpp.
     const runtime_resources& res = session_->resources();
-    if (res.allocate_on_compute) {
-      void* p = res.allocate_on_compute(bytes);
+    if (res.allocate_on) {
+      void* p = res.allocate_on(bytes, stream);
       fresh = c10::DataPtr(p, p, allocator_.raw_deleter(), storage_.device());
     } else {
       fresh = allocator_.allocate(bytes);
@@ -90,11 +90,13 @@ void saved_storage::recompute() {
     storage_.unsafeGetStorageImpl()->set_data_ptr_noswap(src->set_data_ptr(c10::DataPtr(nullptr, from.device())));
     return;
   }
-  // Something still holds the recomputed storage: copy its bytes.
-  void* dst = allocate_device(storage_.nbytes());
+  // Something still holds the recomputed storage: copy its bytes, on the
+  // stream the replay ran on (current now), for which the copy is allocated.
+  const stream_id stream = session_->current_stream();
+  void* dst = allocate_device(storage_.nbytes(), stream);
   const runtime_resources& res = session_->resources();
-  res.dev.copy_async(dst, src->data_ptr().get(), storage_.nbytes(), res.compute);
-  if (res.host_synchronous) res.dev.synchronize(res.compute);
+  res.dev.copy_async(dst, src->data_ptr().get(), storage_.nbytes(), stream);
+  if (res.host_synchronous) res.dev.synchronize(stream);
 }
 
 bool saved_storage::can_release() const noexcept { return lent() || storage_.use_count() == 1; }
@@ -105,7 +107,7 @@ void saved_storage::make_resident() {
   if (!lost_.empty()) throw error(lost_);
   const auto rt = session_->runtime();
   if (!rt || !id_) return;  // unmanaged: the storage is always resident
-  rt->access(*id_);
+  rt->access(*id_, session_->current_stream());  // Note [Tensors used on several streams]
   const runtime_resources& res = session_->resources();
   if (res.host_synchronous) res.dev.synchronize(res.compute);
 }

@@ -90,7 +90,7 @@ class saved_storage final : public storage_binding {
   // --- storage_binding ----------------------------------------------------------
   void* device_ptr() const override;
   void release_device() noexcept override;
-  void* allocate_device(std::size_t bytes) override;
+  void* allocate_device(std::size_t bytes, stream_id stream) override;
   void recompute() override;
   bool can_release() const noexcept override;
   /// Note [Recompute reproduces one version].

@@ -165,11 +165,14 @@ TEST_F(CudaAdapterStreams, RestoreAllocatesForTheTensorsDeviceAndStreamWithThatD
   const runtime_resources res = adapter_->runtime_resources_now();
   EXPECT_EQ(res.device_index, 1);
   EXPECT_EQ(res.compute, tracked);
-  ASSERT_TRUE(res.allocate_on_compute);
+  ASSERT_TRUE(res.allocate_on);
+  ASSERT_TRUE(res.current_stream);
+  EXPECT_EQ(res.current_stream(), tracked);
   // ... and a restore runs while cuda:0 and its default stream are current.
   platform_->set_current_device(0);
   platform_->set_current_stream(1, default_stream);
-  void* p = res.allocate_on_compute(3 * MiB);
+  EXPECT_EQ(res.current_stream(), default_stream) << "cuda:1's current stream, whatever device is current";
+  void* p = res.allocate_on(3 * MiB, tracked);
   EXPECT_EQ(segment_stream(1, p), tracked);
   EXPECT_EQ(platform_->opened_device(1).current_device_at_allocation().back(), 1) << "allocated without cuda:1 current";
   EXPECT_EQ(platform_->current_device(), 0) << "the caller's device was not restored";

@@ -1,5 +1,5 @@
 // A restore allocates through the adapter's runtime_resources
-// (allocate_on_compute: the tensor's device and stream, Note [Restores
+// (allocate_on: the tensor's device and stream, Note [Restores
 // allocate for the tensor's device and stream] in hooks/runtime_host.hpp),
 // not through whatever device and stream are current. On the CPU adapter,
 // with the function supplied by the test.
@@ -21,14 +21,15 @@ namespace {
 
 using RestoreAllocation = uninstalled_fixture;
 
-TEST_F(RestoreAllocation, GoesThroughTheSessionsAllocateOnCompute) {
+TEST_F(RestoreAllocation, GoesThroughTheSessionsAllocateOnForTheTensorsStream) {
   tensorpager::install("device:cpu");
   installed_adapter a = installed_adapter_now();
   runtime_resources res = a.host.runtime_resources_now();
-  EXPECT_FALSE(res.allocate_on_compute) << "the CPU adapter has one device and one stream";
+  EXPECT_FALSE(res.allocate_on) << "the CPU adapter has one device and one stream";
   int restores = 0;
-  res.allocate_on_compute = [&](std::size_t bytes) {
+  res.allocate_on = [&](std::size_t bytes, stream_id stream) {
     ++restores;
+    EXPECT_EQ(stream, res.compute) << "the stream the tensor was saved on";
     return a.allocator.raw_allocate(bytes);
   };
   const auto session = budget_session::create(res, a.allocator, {});

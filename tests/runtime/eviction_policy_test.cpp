@@ -20,7 +20,7 @@ class address_binding final : public storage_binding {
   explicit address_binding(std::uintptr_t a) : address_(a) {}
   void* device_ptr() const override { return reinterpret_cast<void*>(address_); }
   void release_device() noexcept override {}
-  void* allocate_device(std::size_t) override { return nullptr; }
+  void* allocate_device(std::size_t, stream_id) override { return nullptr; }
   void recompute() override {}
 
  private:

@@ -37,8 +37,8 @@ class stream_binding final : public storage_binding {
     rig_.alloc.deallocate(ptr_);
     ptr_ = nullptr;
   }
-  void* allocate_device(std::size_t bytes) override {
-    ptr_ = rig_.alloc.allocate(bytes, rig_.compute);
+  void* allocate_device(std::size_t bytes, stream_id stream) override {
+    ptr_ = rig_.alloc.allocate(bytes, stream);
     return ptr_;
   }
   void recompute() override { produce(); }

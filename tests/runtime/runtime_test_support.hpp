@@ -76,9 +76,9 @@ class fake_binding final : public storage_binding {
     ptr_ = nullptr;
     ++releases;
   }
-  void* allocate_device(std::size_t bytes) override {
+  void* allocate_device(std::size_t bytes, stream_id stream) override {
     EXPECT_EQ(ptr_.load(), nullptr);
-    ptr_ = rig_.alloc.allocate(bytes, rig_.compute);
+    ptr_ = rig_.alloc.allocate(bytes, stream);
     return ptr_;
   }
   bool can_release() const noexcept override { return !shared; }

@@ -33,7 +33,9 @@ class waiting_binding final : public storage_binding {
   explicit waiting_binding(fake_binding& inner) : inner_(inner) {}
   void* device_ptr() const override { return inner_.device_ptr(); }
   void release_device() noexcept override { inner_.release_device(); }
-  void* allocate_device(std::size_t bytes) override { return inner_.allocate_device(bytes); }
+  void* allocate_device(std::size_t bytes, stream_id stream) override {
+    return inner_.allocate_device(bytes, stream);
+  }
   void recompute() override {
     auto done = std::make_shared<std::atomic<bool>>(false);
     std::thread([this, done] {
@@ -75,7 +77,9 @@ TEST(RuntimeThreads, ASecondThreadWaitsForTheRecomputeInFlight) {
     explicit slow_binding(fake_binding& inner) : inner_(inner) {}
     void* device_ptr() const override { return inner_.device_ptr(); }
     void release_device() noexcept override { inner_.release_device(); }
-    void* allocate_device(std::size_t bytes) override { return inner_.allocate_device(bytes); }
+    void* allocate_device(std::size_t bytes, stream_id stream) override {
+    return inner_.allocate_device(bytes, stream);
+  }
     void recompute() override {
       ++calls;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -122,7 +126,9 @@ class concurrent_binding final : public storage_binding {
   explicit concurrent_binding(fake_binding& inner) : inner_(inner) {}
   void* device_ptr() const override { return inner_.device_ptr(); }
   void release_device() noexcept override { inner_.release_device(); }
-  void* allocate_device(std::size_t bytes) override { return inner_.allocate_device(bytes); }
+  void* allocate_device(std::size_t bytes, stream_id stream) override {
+    return inner_.allocate_device(bytes, stream);
+  }
   void recompute() override {
     std::thread(meanwhile).join();
     replay();
