@@ -243,7 +243,9 @@ std::optional<std::size_t> cuda_adapter::budget_bytes() {
   // Not used yet: a size is known without the device, a ratio needs it.
   const allocator_stats s = unopened_stats();
   if (s.budget >= 0) return static_cast<std::size_t>(s.budget);
-  if (!config_.budget) return std::nullopt;
+  // A share of the peak caps nothing until its first step has run (Note
+  // [Budget spellings]): no device to open for it.
+  if (!config_.budget || !config_.budget->resolvable_now()) return std::nullopt;
   return allocator_for(static_cast<c10::DeviceIndex>(platform_->current_device())).budget();
 }
 
@@ -260,6 +262,13 @@ void cuda_adapter::emptyCache(c10::MempoolId_t mempool_id) {
 }
 
 void cuda_adapter::reset_peaks() {
+  // Before the first allocation there is no peak to reset, and asking for the
+  // current device would call CUDA (a ratio budget begins at import under
+  // manage:activations: Note [No CUDA call before the first allocation]).
+  const std::size_t limit = device_limit_.load();
+  bool any = false;
+  for (std::size_t i = 0; i < limit && !any; ++i) any = allocators_[i].load() != nullptr;
+  if (!any) return;
   if (caching_allocator* a = opened_current()) a->reset_peak_stats();
 }
 

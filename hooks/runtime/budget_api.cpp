@@ -51,7 +51,9 @@ std::optional<std::size_t> begin_session(const session_request& req) {
   o.policy = req.policy.value_or(a.cfg.policy);
   o.prefetch_ahead = req.prefetch_ahead;
   try {
-    r.active = budget_session::create(a.host.runtime_resources_now(), a.allocator, o);
+    // Note [A session opens its device at the first tensor] in budget_session.hpp.
+    runtime_host* host = &a.host;  // adapters live forever
+    r.active = budget_session::create([host] { return host->runtime_resources_now(); }, a.allocator, o);
   } catch (...) {
     if (req.bytes) a.control.change_budget(previous);
     throw;

@@ -12,26 +12,18 @@
 
 namespace tp::hooks {
 
-std::shared_ptr<budget_session> budget_session::create(runtime_resources res, c10::Allocator& allocator,
-                                                       options opts) {
-  std::shared_ptr<budget_session> s(new budget_session(res, allocator, opts));
-  // Offloads, prefetches, recomputes, stalls and steps reach the timeline.
-  attach_runtime(s->runtime_.get(), static_cast<std::int16_t>(res.device_index));
-  return s;
+std::shared_ptr<budget_session> budget_session::create(std::function<runtime_resources()> open,
+                                                       c10::Allocator& allocator, options opts) {
+  return std::shared_ptr<budget_session>(new budget_session(std::move(open), allocator, opts));
 }
 
-budget_session::budget_session(runtime_resources res, c10::Allocator& allocator, options opts)
-    : res_(res), allocator_(allocator), opts_(opts) {
-  memory_runtime::options ro;
-  ro.policy = opts.policy;
-  ro.prefetch_ahead = opts.prefetch_ahead;
-  // The runtime's one-time notices (a full host pool: recompute instead of
-  // swap, or keep the tensor) go to stderr, as PyTorch's warnings do.
-  ro.log = [](std::string_view what) {
-    std::fprintf(stderr, "%.*s\n", static_cast<int>(what.size()), what.data());
-  };
-  runtime_ = std::make_shared<memory_runtime>(res_.dev, res_.alloc, res_.host, res_.clk, ro);
+std::shared_ptr<budget_session> budget_session::create(runtime_resources res, c10::Allocator& allocator,
+                                                       options opts) {
+  return create([res] { return res; }, allocator, opts);
 }
+
+budget_session::budget_session(std::function<runtime_resources()> open, c10::Allocator& allocator, options opts)
+    : open_(std::move(open)), allocator_(allocator), opts_(opts) {}
 
 budget_session::~budget_session() {
   // Every saved_storage holds the session, so none is left: the runtime
@@ -39,27 +31,51 @@ budget_session::~budget_session() {
   if (runtime_) detach_runtime(runtime_.get());
 }
 
+std::shared_ptr<memory_runtime> budget_session::open_locked() {
+  if (closed_) return nullptr;
+  if (runtime_) return runtime_;
+  res_.emplace(open_());  // Note [A session opens its device at the first tensor]
+  memory_runtime::options ro;
+  ro.policy = opts_.policy;
+  ro.prefetch_ahead = opts_.prefetch_ahead;
+  // The runtime's one-time notices (a full host pool: recompute instead of
+  // swap, or keep the tensor) go to stderr, as PyTorch's warnings do.
+  ro.log = [](std::string_view what) {
+    std::fprintf(stderr, "%.*s\n", static_cast<int>(what.size()), what.data());
+  };
+  runtime_ = std::make_shared<memory_runtime>(res_->dev, res_->alloc, res_->host, res_->clk, ro);
+  // Offloads, prefetches, recomputes, stalls and steps reach the timeline.
+  attach_runtime(runtime_.get(), static_cast<std::int16_t>(res_->device_index));
+  return runtime_;
+}
+
 std::shared_ptr<memory_runtime> budget_session::runtime() const {
   std::lock_guard lock(mu_);
   return runtime_;
 }
 
-bool budget_session::closed() const { return runtime() == nullptr; }
-
-stream_id budget_session::current_stream() const {
-  return res_.current_stream ? res_.current_stream() : res_.compute;
+bool budget_session::closed() const {
+  std::lock_guard lock(mu_);
+  return closed_;
 }
 
-bool budget_session::manageable(const at::Tensor& t) const {
+stream_id budget_session::current_stream() const {
+  return res_->current_stream ? res_->current_stream() : res_->compute;
+}
+
+bool budget_session::manageable(const at::Tensor& t) {
   if (!t.defined() || !t.has_storage() || t.is_sparse() || t.is_nested()) return false;
   const c10::Storage& storage = t.storage();
   c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
   if (impl == nullptr || storage.nbytes() == 0 || impl->data_ptr().get() == nullptr) return false;
   if (impl->data_ptr().get_deleter() != allocator_.raw_deleter()) return false;  // not ours
+  // Ours, so its device is in use already: opening the session's costs nothing new.
+  std::lock_guard lock(mu_);
+  if (!open_locked()) return false;
   // One runtime per device: a tensor on another device is not this session's.
-  const c10::Device device = res_.host_synchronous
+  const c10::Device device = res_->host_synchronous
                                  ? c10::Device(c10::DeviceType::CPU)
-                                 : c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(res_.device_index));
+                                 : c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(res_->device_index));
   return storage.device() == device;
 }
 
@@ -152,7 +168,10 @@ std::pair<std::size_t, std::string> budget_session::close() {
   std::shared_ptr<memory_runtime> rt;
   {
     std::lock_guard lock(mu_);
-    if (!runtime_) return {};
+    if (!runtime_) {
+      closed_ = true;  // never opened, or closed already
+      return {};
+    }
     rt = runtime_;
     for (auto& [impl, weak] : by_storage_) {
       if (auto s = weak.lock()) live.push_back(std::move(s));
@@ -172,6 +191,7 @@ std::pair<std::size_t, std::string> budget_session::close() {
     std::lock_guard lock(mu_);
     last_stats_ = rt->stats();
     runtime_.reset();
+    closed_ = true;
     by_storage_.clear();
   }
   for (auto& s : live) {
@@ -182,7 +202,7 @@ std::pair<std::size_t, std::string> budget_session::close() {
     s->lose("tensorpager: this saved tensor was lost when its budget ended: it could not be brought back (" + why +
             ")");
   }
-  if (res_.host_synchronous) res_.dev.synchronize(res_.compute);
+  if (res_->host_synchronous) res_->dev.synchronize(res_->compute);
   // rt (and with it the reclaimer registration) goes when the last caller
   // holding it returns.
   if (lost.empty()) return {};

@@ -17,11 +17,24 @@
 // raises an error saying why; it never yields stale bytes. Calls into the runtime are made
 // without the session's mutex held: a restore may recompute, the recompute
 // runs Python, and Python may adopt or restore other storages.
+//
+// Note [A session opens its device at the first tensor]
+// A session takes its device, streams and pinned pool (runtime_resources)
+// and builds its runtime when it adopts or lends its first storage, not when
+// it begins: manage:activations begins a session at `import torch`, and
+// opening CUDA there would initialise the driver during the import (a
+// CUDA_VISIBLE_DEVICES set afterwards ignored, forks and every subprocess
+// that imports torch, DataLoader and compile workers included, holding a
+// context on GPU 0; issue 29). A storage tensorpager allocated exists only
+// once its device is in use, so the first one opens nothing new. Until then
+// the session's statistics are zeros and a step does nothing.
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -44,9 +57,14 @@ class budget_session : public std::enable_shared_from_this<budget_session> {
     bool prefetch_ahead = true;
   };
 
-  /// Builds the runtime over res (registering it as res.alloc's reclaimer).
-  /// allocator is the adapter as torch sees it: storages whose DataPtr has
-  /// another deleter than allocator.raw_deleter() are not managed.
+  /// A session whose runtime is built over open() at its first storage
+  /// (Note [A session opens its device at the first tensor]), registering
+  /// it as the resources' allocator's reclaimer. allocator is the adapter as
+  /// torch sees it: storages whose DataPtr has another deleter than
+  /// allocator.raw_deleter() are not managed.
+  static std::shared_ptr<budget_session> create(std::function<runtime_resources()> open, c10::Allocator& allocator,
+                                                options opts);
+  /// The same over resources taken already.
   static std::shared_ptr<budget_session> create(runtime_resources res, c10::Allocator& allocator, options opts);
   ~budget_session();
   budget_session(const budget_session&) = delete;
@@ -73,10 +91,11 @@ class budget_session : public std::enable_shared_from_this<budget_session> {
   std::pair<std::size_t, std::string> close();
 
   // --- for saved_storage ----------------------------------------------------------
-  /// The runtime, or nullptr once closed. The shared_ptr keeps it alive for
-  /// the caller's call.
+  /// The runtime, or nullptr before the first storage and once closed. The
+  /// shared_ptr keeps it alive for the caller's call.
   std::shared_ptr<memory_runtime> runtime() const;
-  const runtime_resources& resources() const { return res_; }
+  /// Requires: a storage was adopted or lent (the resources are taken then).
+  const runtime_resources& resources() const { return *res_; }
   /// The stream torch computes on now on the session's device (Note
   /// [Tensors used on several streams] in runtime/transfer_engine.hpp).
   stream_id current_stream() const;
@@ -84,15 +103,21 @@ class budget_session : public std::enable_shared_from_this<budget_session> {
   void forget(saved_storage& s) noexcept;
 
  private:
-  budget_session(runtime_resources res, c10::Allocator& allocator, options opts);
-  /// Whether t's storage is one this session can manage (adopt's checks).
-  bool manageable(const at::Tensor& t) const;
+  budget_session(std::function<runtime_resources()> open, c10::Allocator& allocator, options opts);
+  /// Whether t's storage is one this session can manage (adopt's checks);
+  /// opens the session's resources for a storage tensorpager allocated.
+  bool manageable(const at::Tensor& t);
+  /// The runtime, built over open_() the first time (Note [A session opens
+  /// its device at the first tensor]); nullptr once closed. Requires mu_ held.
+  std::shared_ptr<memory_runtime> open_locked();
 
-  runtime_resources res_;
+  std::function<runtime_resources()> open_;
+  std::optional<runtime_resources> res_;  // set once, by open_locked
   c10::Allocator& allocator_;
   options opts_;
-  mutable std::mutex mu_;  // guards runtime_, by_storage_, last_stats_
+  mutable std::mutex mu_;  // guards res_, runtime_, closed_, by_storage_, last_stats_
   std::shared_ptr<memory_runtime> runtime_;
+  bool closed_ = false;
   std::unordered_map<const void*, std::weak_ptr<saved_storage>> by_storage_;  // by StorageImpl
   runtime_stats last_stats_;  // the runtime's figures when it closed
 };

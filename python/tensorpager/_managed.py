@@ -148,7 +148,7 @@ def start_if_configured(ext: Any) -> None:
     block.__enter__()
     _process = block
     _started_in = os.getpid()
-    atexit.register(_finish, values["timeline"])
+    atexit.register(_finish, values["timeline"], values["manage"])
     _wrap_worker_loop()
 
 
@@ -181,7 +181,7 @@ def stand_down() -> None:
     block.__exit__(None, None, None)
 
 
-def _finish(timeline: str) -> None:
+def _finish(timeline: str, manage: str = MANAGE_ACTIVATIONS) -> None:
     """Ends the process budget and writes the exit line (atexit)."""
     global _process
     block, _process = _process, None
@@ -203,16 +203,17 @@ def _finish(timeline: str) -> None:
         block.__exit__(None, None, None)
     except Exception as e:  # noqa: BLE001  (at exit the line is what matters)
         lost = f"; ending the session failed: {e}"
-    sys.stderr.write(exit_line(budget, peak, runtime, steps, timeline) + lost + "\n")
+    sys.stderr.write(exit_line(budget, peak, runtime, steps, timeline, manage) + lost + "\n")
     sys.stderr.flush()
 
 
-def exit_line(budget: int | None, peak: int, runtime: dict[str, int], steps: int, timeline: str) -> str:
-    """One line saying what the runtime did; `steps`: training iterations. Pure."""
+def exit_line(budget: int | None, peak: int, runtime: dict[str, int], steps: int, timeline: str,
+              manage: str = MANAGE_ACTIVATIONS) -> str:
+    """One line saying what the runtime did; `steps`: training iterations; `manage`: the key's value. Pure."""
     human = _sizes.format_bytes_human
     p = "tensorpager.runtime."
     where = f"timeline {timeline} (written at exit)" if timeline else "no timeline (add timeline:run.json)"
-    return (f"tensorpager: manage:activations: budget {'none' if budget is None else human(budget)}"
+    return (f"tensorpager: manage:{manage}: budget {'none' if budget is None else human(budget)}"
             f" ({budget if budget is not None else 'none'} B), peak reserved {human(peak)} ({peak} B),"
             f" offloaded {human(runtime.get(p + 'offloaded_bytes', 0))}"
             f" ({runtime.get(p + 'offloads', 0)} offloads),"

@@ -86,6 +86,25 @@ print(json.dumps(state()))
     assert after_queries == expected
 
 
+@requires_cuda_build
+@pytest.mark.parametrize("conf", ["manage:activations", "manage:activations,budget:0.5", "manage:all,budget:2GiB"])
+def test_a_managed_process_opens_no_device_at_import(conf: str) -> None:
+    # Note [A session opens its device at the first tensor] in
+    # hooks/runtime/budget_session.hpp: the process budget that manage:* enters
+    # at import takes its device at the first saved tensor (before, the import
+    # initialised CUDA, and raised on a machine without a driver).
+    proc = run_python(
+        _PROBE + "print(json.dumps(state()), tp.stats()['tensorpager.runtime.active'])",
+        hook=True,
+        env=clean_env(PYTORCH_CUDA_ALLOC_CONF=f"backend:tensorpager,device:cuda,{conf}"),
+    )
+    line = proc.stdout.splitlines()[-1]
+    s, active = json.loads(line.rsplit(" ", 1)[0]), int(line.rsplit(" ", 1)[1])
+    assert s == {"installed": True, "kind": "cuda", "driver_calls": 0, "torch_initialized": False,
+                 "libcuda_mapped": _torch_maps_libcuda()}
+    assert active == 1, "the process budget is not active"
+
+
 def test_choosing_the_device_at_import_makes_no_cuda_call() -> None:
     # No device key: install() counts devices (NVML, not the driver) to choose.
     proc = run_python(

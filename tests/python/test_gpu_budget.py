@@ -193,7 +193,7 @@ def test_manage_with_only_the_variable_is_bit_identical_on_cuda(model: str, mana
     peak = int(re.search(r"^peak (\d+)$", measured.stdout, re.M).group(1))
     conf = f"backend:tensorpager,manage:{manage},budget:{peak // 2}"
     managed = run_python(script, env=clean_env(**{VAR: conf}, **env), hook=True, timeout=240)
-    exit_line = [line for line in managed.stderr.splitlines() if line.startswith("tensorpager: manage:")]
+    exit_line = [line for line in managed.stderr.splitlines() if line.startswith(f"tensorpager: manage:{manage}:")]
     print(f"{model}: unmanaged peak {peak} B; {exit_line}")
     assert _losses(plain.stdout) and _losses(plain.stdout) == _losses(measured.stdout), "tensorpager alone changed"
     assert _losses(managed.stdout) == _losses(plain.stdout), f"under {conf}: {exit_line}"

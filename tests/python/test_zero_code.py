@@ -23,7 +23,7 @@ VAR = "PYTORCH_CUDA_ALLOC_CONF"
 # the allocator's peak from the run that measures it.
 PEAK_CHECK = "\nimport tensorpager\nprint('peak', tensorpager.stats()['reserved_bytes.all.peak'])\n"
 EXIT_LINE = re.compile(
-    r"^tensorpager: manage:activations: budget .*? \((?P<budget>\d+|none) B\), peak reserved .*? \((?P<peak>\d+) B\),"
+    r"^tensorpager: manage:(?:activations|all): budget .*? \((?P<budget>\d+|none) B\), peak reserved .*? \((?P<peak>\d+) B\),"
     r" offloaded .*? \((?P<offloads>\d+) offloads\), recomputed .*? \((?P<recomputes>\d+) recomputes\),"
     r" stalled [\d.]+ ms, (?P<steps>\d+) steps; (?P<where>.*)$", re.M)
 
@@ -79,6 +79,7 @@ def test_resnet_trains_at_half_its_peak_with_only_the_variable() -> None:
     assert len(losses(managed.stdout)) == 5
     line = exit_line(managed.stderr)
     print(line.group(0))
+    assert line.group(0).startswith("tensorpager: manage:all: "), "the exit line names the key's value"
     assert int(line["budget"]) == budget
     assert 0 < int(line["peak"]) <= budget, line.group(0)
     assert int(line["offloads"]) + int(line["recomputes"]) > 0, "the runtime evicted nothing"
