@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -27,6 +28,10 @@ class c10_cuda_platform final : public cuda_platform {
   int current_device() override { return c10::cuda::current_device(); }
 
   void set_device(int device) override { c10::cuda::set_device(static_cast<c10::DeviceIndex>(device)); }
+
+  void restore_device(int device) override {
+    C10_CUDA_CHECK(c10::cuda::MaybeSetDevice(static_cast<c10::DeviceIndex>(device)));
+  }
 
   stream_id current_stream(int device) override {
     const cudaStream_t s = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();

@@ -41,6 +41,11 @@ class cuda_platform {
   /// Makes `device` PyTorch's current device on this thread
   /// (c10::cuda::SetDevice). Callers skip it when it is current already.
   virtual void set_device(int device) = 0;
+  /// Makes `device` current again after work on another, as PyTorch's device
+  /// guards do (c10::cuda::MaybeSetDevice): on a device that has no primary
+  /// context yet it only records the choice and creates none (a context
+  /// costs about 0.5 GB of that GPU's memory).
+  virtual void restore_device(int device) = 0;
   /// PyTorch's current stream of `device` on this thread.
   virtual stream_id current_stream(int device) = 0;
   /// How many devices PyTorch sees. Requires: PyTorch has initialised CUDA
@@ -74,7 +79,7 @@ class platform_device_guard {
   ~platform_device_guard() {
     if (!restore_) return;
     try {
-      platform_.set_device(previous_);
+      platform_.restore_device(previous_);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "tensorpager: restoring CUDA device %d failed: %s\n", previous_, e.what());
     }

@@ -156,6 +156,20 @@ TEST_F(CudaAdapterStreams, AllocationOnTheCurrentDeviceSetsNoDevice) {
   EXPECT_EQ(platform_->set_device_calls(), sets);
 }
 
+TEST_F(CudaAdapterStreams, AGuardLeavesNoContextOnADeviceTheThreadNeverUsed) {
+  // Work for cuda:1 switches there and back while the thread's device is
+  // cuda:0, which it never used: going back must not make cuda:0 a context
+  // (about 0.5 GB of that GPU), as PyTorch's guards do not (MaybeSetDevice).
+  platform_->set_current_device(1);
+  const runtime_resources res1 = adapter_->runtime_resources_now();  // opens cuda:1
+  platform_->set_current_device(0);
+  ASSERT_FALSE(platform_->has_context(0));
+  void* q = res1.allocate_on(1 * MiB, default_stream);  // a guard: to cuda:1 and back
+  EXPECT_EQ(platform_->current_device(), 0);
+  adapter_->raw_delete(q);  // the same, to free it
+  EXPECT_FALSE(platform_->has_context(0)) << "restoring the thread's device created a context there";
+}
+
 TEST_F(CudaAdapterStreams, RestoreAllocatesForTheTensorsDeviceAndStreamWithThatDeviceCurrent) {
   // The runtime starts on cuda:1 with a side stream current ...
   platform_->set_current_device(1);

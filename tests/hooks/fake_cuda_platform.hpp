@@ -166,6 +166,13 @@ class fake_cuda_platform final : public cuda_platform {
     ++set_device_calls_;
     check(device);
     current_ = device;
+    contexts_.at(static_cast<std::size_t>(device)) = true;  // cudaSetDevice creates the primary context
+  }
+  void restore_device(int device) override {
+    ++calls_;
+    ++set_device_calls_;
+    check(device);
+    current_ = device;  // MaybeSetDevice: no context where there is none
   }
   stream_id current_stream(int device) override {
     ++calls_;
@@ -179,6 +186,7 @@ class fake_cuda_platform final : public cuda_platform {
       throw cuda_error("no CUDA device: fake platform has " + std::to_string(device_count_) + " device(s), not " +
                        std::to_string(device));
     }
+    contexts_.at(static_cast<std::size_t>(device)) = true;  // the device retains its primary context
     auto d = std::make_unique<fake_cuda_device>(*this, sim_, device);
     opened_.push_back(d.get());
     return d;
@@ -197,6 +205,8 @@ class fake_cuda_platform final : public cuda_platform {
   /// Calls of any kind made through the platform and its devices.
   std::uint64_t calls() const { return calls_.load(); }
   std::uint64_t set_device_calls() const { return set_device_calls_.load(); }
+  /// Whether anything made `device` a primary context (set_device, open_device).
+  bool has_context(int device) const { return contexts_.at(static_cast<std::size_t>(device)); }
   /// The devices opened so far, in order (owned by the adapter).
   const std::vector<fake_cuda_device*>& opened() const { return opened_; }
   fake_cuda_device& opened_device(int ordinal) const {
@@ -228,6 +238,7 @@ class fake_cuda_platform final : public cuda_platform {
   const int device_count_;
   int current_ = 0;
   std::vector<stream_id> streams_;
+  std::vector<bool> contexts_ = std::vector<bool>(8, false);
   std::vector<fake_cuda_device*> opened_;
   std::vector<std::pair<int, int>> peers_;
   std::atomic<std::uint64_t> calls_{0};
