@@ -254,6 +254,7 @@ class caching_allocator {
   void make_room(std::size_t size, stream_id stream);
   detail::block* allocate_plain_fallback(std::size_t size, stream_id stream);
   // caching_allocator_events.cpp: stream-ordered frees.
+  // Never throws: Note [A free that cannot record its events].
   void insert_events(detail::block* b);
   void process_events();
   void wait_for_pending_events(lock_type& lock);
@@ -317,6 +318,7 @@ class caching_allocator {
   std::vector<std::pair<stream_id, std::deque<pending_event>>> pending_;  // per recording stream
   std::size_t pending_count_ = 0;
   event_pool events_{device_};  // Note [Stream-ordered reuse]
+  bool quarantine_reported_ = false;  // Note [A free that cannot record its events]
   allocator_stats stats_;
   std::int64_t high_water_ = 0;  // take_allocated_high_water()
   /// current_reclaim(): the threads inside a reclaim, and their requests.

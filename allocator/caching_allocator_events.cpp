@@ -3,6 +3,8 @@
 // used it; the lock is held unless a comment says otherwise.
 
 #include <algorithm>
+#include <cstdio>
+#include <exception>
 #include <vector>
 
 #include "allocator/caching_allocator.hpp"
@@ -11,10 +13,35 @@ namespace tp {
 
 using detail::block;
 
+// Note [A free that cannot record its events]
+// deallocate() is noexcept (a DataPtr's deleter must not throw), yet after a
+// sticky device fault (an illegal address, say) recording an event fails.
+// Then nothing can tell when the other streams are done with the block, so
+// it is quarantined: it stays "pending free" with no event to wait for, is
+// never reused, merged or returned, and its segment stays reserved. The
+// process learns of the fault from its next CUDA call anyway; this only
+// keeps the free from ending it (std::terminate) or from handing out memory
+// a stream may still use. One line on stderr says so, once per allocator.
 void caching_allocator::insert_events(block* b) {
   for (const stream_id s : b->stream_uses) {
-    const event_id e = events_.take();
-    device_.record_event(e, s);
+    event_id e{};
+    bool taken = false;
+    try {
+      e = events_.take();
+      taken = true;
+      device_.record_event(e, s);
+    } catch (const std::exception& err) {
+      if (taken) events_.give(e);
+      ++b->pending_events;  // never completed: Note [A free that cannot record its events]
+      if (!quarantine_reported_) {
+        quarantine_reported_ = true;
+        std::fprintf(stderr,
+                     "tensorpager: a freed block of %zu bytes is kept out of use for good: recording its event on "
+                     "another stream failed (%s)\n",
+                     b->size, err.what());
+      }
+      continue;
+    }
     auto it = std::find_if(pending_.begin(), pending_.end(), [s](const auto& p) { return p.first == s; });
     if (it == pending_.end()) it = pending_.insert(pending_.end(), {s, {}});
     it->second.push_back({e, b});

@@ -45,6 +45,21 @@ TEST_F(CudaAdapterStreams, RecordStreamOfTheSameDeviceDelaysReuse) {
   adapter_->raw_delete(third);
 }
 
+TEST_F(CudaAdapterStreams, AFreeWhoseEventCannotBeRecordedKeepsTheBlockOutOfUse) {
+  // Note [A free that cannot record its events]: after a sticky fault the
+  // free (noexcept) neither ends the process nor hands the block out again.
+  c10::DataPtr dp = adapter_->allocate(1 * MiB);
+  fake_cuda_device& dev0 = platform_->opened_device(0);
+  const stream_id side = dev0.create_stream();
+  adapter_->recordStream(dp, cuda_stream(side, 0));
+  dev0.fault();
+  void* first = dp.release_context();
+  adapter_->raw_delete(first);  // would std::terminate if the failure escaped
+  void* second = adapter_->raw_alloc(1 * MiB);
+  EXPECT_NE(second, first) << "handed out a block whose other stream's use is unknown";
+  adapter_->raw_delete(second);
+}
+
 TEST_F(CudaAdapterStreams, RecordStreamOfAnotherDeviceDelaysReuseUntilThatStreamIsDone) {
   c10::DataPtr dp = adapter_->allocate(1 * MiB);  // on cuda:0
   (void)adapter_->getMemoryInfo(1);

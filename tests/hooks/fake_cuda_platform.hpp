@@ -109,6 +109,7 @@ class fake_cuda_device final : public device {
   }
   void record_event(event_id event, stream_id stream) override {
     require_own_stream(stream, "cuEventRecord");
+    if (faulted_) throw cuda_error("cuEventRecord failed: CUDA_ERROR_ILLEGAL_ADDRESS (a sticky fault, faked)");
     {
       std::lock_guard lock(mutex_);
       if (events_.count(event) == 0) {
@@ -133,6 +134,9 @@ class fake_cuda_device final : public device {
   }
   memory_info memory() const override { return count(), sim_.memory(); }
 
+  /// From now on, every event record fails as after a sticky device fault.
+  void fault() { faulted_ = true; }
+
  private:
   std::uint64_t count() const;
   void require_own_stream(stream_id s, const char* call) const {
@@ -146,6 +150,7 @@ class fake_cuda_device final : public device {
   fake_cuda_platform& platform_;
   simulated_device& sim_;
   const int ordinal_;
+  std::atomic<bool> faulted_{false};
   mutable std::mutex mutex_;
   std::set<stream_id> streams_;
   std::set<event_id> events_;
