@@ -22,6 +22,16 @@ Note [Sharing PYTORCH_CUDA_ALLOC_CONF] (Python side)
   dropped and a notice names both. A key repeated inside one variable is
   kept twice, so the C++ parser reports it.
 
+Note [PyTorch's keys under tensorpager]
+  PyTorch's entries stay for PyTorch, which validates them, but its caching
+  allocator serves nothing once tensorpager is the backend. The two that have
+  a tensorpager meaning are honoured, unless tensorpager's own key is given:
+  ``max_split_size_mb:N`` becomes ``max_split_size:NMiB`` and
+  ``per_process_memory_fraction:F`` becomes ``budget:Fdevice`` (a share of
+  the device, as PyTorch's cap is). Every other one (``garbage_collection_
+  threshold``, ``roundup_power2_divisions``, ...) gets one notice saying it
+  has no effect. ``expandable_segments`` is both allocators' key already.
+
 This module imports only ``tensorpager._keys``.
 """
 
@@ -98,6 +108,16 @@ def split_alloc_conf(text: str) -> tuple[list[str], list[str]]:
     return ours, theirs
 
 
+def _as_tensorpager(entry: str) -> str | None:
+    """The tensorpager entry a PyTorch entry means, or None (Note [PyTorch's keys under tensorpager])."""
+    key, value = entry_key(entry), entry_value(entry).strip(_BLANKS)
+    if key == "max_split_size_mb":
+        return f"max_split_size:{value}MiB"
+    if key == "per_process_memory_fraction":
+        return f"budget:{value if '.' in value else value + '.0'}device"  # "1" would be ambiguous
+    return None
+
+
 def join_entries(entries: list[str]) -> str:
     """Joins entries with ','."""
     return ",".join(entries)
@@ -164,6 +184,24 @@ def move_alloc_conf_keys(environ: MutableMapping[str, str]) -> list[str]:
                 continue
             merged.append(entry)
             added[key] = f"{var}'s '{entry}'"
+        # Note [PyTorch's keys under tensorpager]: after tensorpager's own keys,
+        # which win over PyTorch's spelling of the same setting.
+        no_effect = []
+        for entry in theirs:
+            translated = _as_tensorpager(entry)
+            if translated is None:
+                if entry_key(entry) not in ("backend", *_keys.SHARED_KEYS):
+                    no_effect.append(entry)
+                continue
+            key = entry_key(translated)
+            if key not in seen and key not in added:
+                merged.append(translated)
+                added[key] = f"{var}'s '{entry}'"
+        if no_effect:
+            notices.append(
+                f"{var}'s {', '.join(repr(e) for e in no_effect)}: no effect with backend:tensorpager (PyTorch's"
+                f" allocator serves nothing; tensorpager's own keys are in its README)."
+            )
         seen.update(added)
 
     if requested and not disabled:

@@ -63,7 +63,7 @@ def test_keeps_bracketed_pytorch_values_intact() -> None:
         "max_split_size_mb:128,roundup_power2_divisions:[256:1,512:2],"
         "garbage_collection_threshold:0.6"
     )
-    assert env[TP] == "backend:tensorpager,policy:dtr"
+    assert env[TP] == "backend:tensorpager,policy:dtr,max_split_size:128MiB"  # Note [PyTorch's keys under tensorpager]
 
 
 def test_deletes_the_variable_when_nothing_is_left() -> None:
@@ -175,3 +175,31 @@ def test_parse_to_dict() -> None:
         "budget": "1GiB",
         "timeline": "C:/x.json",
     }
+
+
+def test_pytorchs_keys_with_a_tensorpager_meaning_are_honoured() -> None:
+    # Note [PyTorch's keys under tensorpager]: they stay for PyTorch too.
+    env = {CUDA: "backend:tensorpager,max_split_size_mb:256,per_process_memory_fraction:0.5"}
+    assert _conf.move_alloc_conf_keys(env) == []
+    assert env[CUDA] == "max_split_size_mb:256,per_process_memory_fraction:0.5"
+    assert env[TP] == "backend:tensorpager,max_split_size:256MiB,budget:0.5device"
+    env = {CUDA: "backend:tensorpager,per_process_memory_fraction:1"}
+    _conf.move_alloc_conf_keys(env)
+    assert env[TP] == "backend:tensorpager,budget:1.0device"  # "1" alone is ambiguous in tensorpager's grammar
+
+
+def test_tensorpagers_own_key_wins_over_pytorchs_spelling() -> None:
+    env = {CUDA: "backend:tensorpager,per_process_memory_fraction:0.5,budget:2GiB,max_split_size_mb:64",
+           TP: "max_split_size:1GiB"}
+    assert _conf.move_alloc_conf_keys(env) == []
+    assert env[TP] == "max_split_size:1GiB,backend:tensorpager,budget:2GiB"
+
+
+def test_pytorchs_keys_without_a_tensorpager_meaning_get_one_notice() -> None:
+    env = {CUDA: "backend:tensorpager,garbage_collection_threshold:0.6,expandable_segments:True,"
+                 "roundup_power2_divisions:[256:1,>:2]"}
+    notices = _conf.move_alloc_conf_keys(env)
+    assert len(notices) == 1, notices
+    assert "'garbage_collection_threshold:0.6'" in notices[0] and "'roundup_power2_divisions:[256:1,>:2]'" in notices[0]
+    assert "expandable_segments" not in notices[0]  # tensorpager's key as well
+    assert "no effect" in notices[0]
