@@ -267,6 +267,8 @@ class caching_allocator {
   void unmap_interior(detail::block* b, std::uintptr_t begin, std::uintptr_t end);
   detail::block* merge_unmapped(detail::block* u);
   void release_empty_expandable_segments();
+  // A segment or granules for a request: Note [Virtual memory that fails].
+  detail::block* grow(pool_kind pool, std::size_t size, stream_id stream);
   void destroy_expandable_segment(detail::segment& seg) noexcept;
   void count_mapped_ranges(const detail::block* b, bool mapping);
   // caching_allocator.cpp and caching_allocator_inspection.cpp
@@ -319,6 +321,7 @@ class caching_allocator {
   std::size_t pending_count_ = 0;
   event_pool events_{device_};  // Note [Stream-ordered reuse]
   bool quarantine_reported_ = false;  // Note [A free that cannot record its events]
+  bool vmm_failed_ = false;           // Note [Virtual memory that fails]
   allocator_stats stats_;
   std::int64_t high_water_ = 0;  // take_allocated_high_water()
   /// current_reclaim(): the threads inside a reclaim, and their requests.

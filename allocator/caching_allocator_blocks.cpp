@@ -3,8 +3,10 @@
 // caching_allocator.cpp take it).
 
 #include <algorithm>
+#include <cstdio>
 
 #include "allocator/caching_allocator.hpp"
+#include "core/errors.hpp"
 
 namespace tp {
 
@@ -42,9 +44,28 @@ block* caching_allocator::try_allocate_block(std::size_t size, stream_id stream)
   if (expandable_ && pool == pool_kind::small) {
     if (block* b = take_stranded_block(size, stream)) return b;
   }
-  if (block* b = expandable_ ? grow_expandable(pool, size, stream) : allocate_segment(pool, size, stream)) return b;
+  if (block* b = grow(pool, size, stream)) return b;
   if (pool == pool_kind::small) return take_free_block(pool_kind::large, size, stream);
   return nullptr;
+}
+
+// Note [Virtual memory that fails]
+// A virtual-memory call that fails with anything but out of memory (a driver
+// or a sandbox that does not support it, seen possible under gVisor) would
+// fail every allocation after it. The allocator says so once and serves the
+// rest of its life from plain segments; expandable segments it has already
+// keep working as they are (mapped ranges stay, free granules are unmapped).
+block* caching_allocator::grow(pool_kind pool, std::size_t size, stream_id stream) {
+  if (!expandable_ || vmm_failed_) return allocate_segment(pool, size, stream);
+  try {
+    return grow_expandable(pool, size, stream);
+  } catch (const cuda_error& e) {
+    vmm_failed_ = true;
+    std::fprintf(stderr,
+                 "tensorpager: expandable segments are off for %s from now on (%s); plain segments serve it\n",
+                 device_.name().c_str(), e.what());
+    return allocate_segment(pool, size, stream);
+  }
 }
 
 block* caching_allocator::take_free_block(pool_kind pool, std::size_t size, stream_id stream) {

@@ -60,6 +60,22 @@ TEST_F(CudaAdapterStreams, AFreeWhoseEventCannotBeRecordedKeepsTheBlockOutOfUse)
   adapter_->raw_delete(second);
 }
 
+TEST_F(CudaAdapterStreams, VirtualMemoryThatFailsFallsBackToPlainSegmentsOnce) {
+  // Note [Virtual memory that fails] in allocator/caching_allocator_blocks.cpp.
+  make("device:cuda");  // expandable segments, the default
+  c10::DataPtr first = adapter_->allocate(4 * MiB);  // granules mapped
+  platform_->opened_device(0).break_vmm();
+  c10::DataPtr second = adapter_->allocate(64 * MiB);  // would throw on every allocation before
+  c10::DataPtr third = adapter_->allocate(64 * MiB);
+  EXPECT_NE(second.get(), nullptr);
+  EXPECT_NE(third.get(), nullptr);
+  const auto segments = adapter_->snapshot({0, 0}, false).segments;
+  EXPECT_EQ(segments.size(), 3u) << "the expandable segment and two plain ones";
+  adapter_->raw_delete(first.release_context());
+  adapter_->raw_delete(second.release_context());
+  adapter_->raw_delete(third.release_context());
+}
+
 TEST_F(CudaAdapterStreams, RecordStreamOfAnotherDeviceDelaysReuseUntilThatStreamIsDone) {
   c10::DataPtr dp = adapter_->allocate(1 * MiB);  // on cuda:0
   (void)adapter_->getMemoryInfo(1);

@@ -70,7 +70,11 @@ class fake_cuda_device final : public device {
     count();
     sim_.release(base, bytes);
   }
-  bool try_map(void* ptr, std::size_t bytes) override { return count(), sim_.try_map(ptr, bytes); }
+  bool try_map(void* ptr, std::size_t bytes) override {
+    count();
+    if (vmm_broken_) throw cuda_error("cuMemCreate failed: CUDA_ERROR_NOT_SUPPORTED (faked)");
+    return sim_.try_map(ptr, bytes);
+  }
   void unmap(void* ptr, std::size_t bytes) noexcept override {
     count();
     sim_.unmap(ptr, bytes);
@@ -136,6 +140,9 @@ class fake_cuda_device final : public device {
 
   /// From now on, every event record fails as after a sticky device fault.
   void fault() { faulted_ = true; }
+  /// From now on, mapping memory fails with an error other than out of
+  /// memory, as a virtual-memory call may in a sandboxed runtime.
+  void break_vmm() { vmm_broken_ = true; }
 
  private:
   std::uint64_t count() const;
@@ -151,6 +158,7 @@ class fake_cuda_device final : public device {
   simulated_device& sim_;
   const int ordinal_;
   std::atomic<bool> faulted_{false};
+  std::atomic<bool> vmm_broken_{false};
   mutable std::mutex mutex_;
   std::set<stream_id> streams_;
   std::set<event_id> events_;
