@@ -84,6 +84,10 @@ def install(conf: str | None = None, **options: Any) -> None:
     _compress_if_configured(ext)  # the compress key (compress.enable)
     _record_trace_if_configured(ext)  # the record_trace key (trace.start_from_config)
     _manage_if_configured(ext)  # the manage key: Note [Managed process] in _managed.py
+    if ext.device_kind() == "cuda":
+        from tensorpager import _graphs
+
+        _graphs.leave_refused_captures_where_they_began()
 
 
 def _manage_if_configured(ext: Any) -> None:

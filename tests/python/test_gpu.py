@@ -221,3 +221,21 @@ def test_record_stream_with_a_stream_of_another_device() -> None:
         """
     )
     assert out.split() == ["False", "True"]
+
+
+def test_a_refused_graph_capture_leaves_the_thread_on_its_stream() -> None:
+    # Note [A refused capture leaves the stream as it was] in _graphs.py.
+    out = _run(
+        """
+        import torch
+        before = torch.cuda.current_stream()
+        g = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(g):
+                pass
+        except NotImplementedError as e:
+            print("refused", "tensorpager does not support" in str(e))
+        print(torch.cuda.current_stream() == before)
+        """
+    )
+    assert out.split() == ["refused", "True", "True"]
