@@ -24,8 +24,9 @@ lender must see that nothing reads a lent storage:
   from the second step on.
 - Everything lent is given back, restored and untracked, when the backward
   ends (an engine callback), before the optimizer or the next forward can
-  read it; also, as a fallback for a backward that raised, at the next step
-  boundary and when the budget ends. A saved parameter that is unpacked
+  read it; and when the backward raises (Note [A backward that raises gives
+  everything back]). Also, as a fallback, at the next step boundary and when
+  the budget ends. A saved parameter that is unpacked
   again (a second backward through a retained graph) is given back first, and
   so is a parameter of a segment that tensorpager replays, which is lent
   again once the replay has run.
@@ -66,6 +67,54 @@ if TYPE_CHECKING:
 
 MIN_STATE_BYTES = 64 << 10  # optimizer state smaller than this stays put
 
+# Note [A backward that raises gives everything back]
+# The engine's callbacks run only when a backward completes. One that raises
+# (a hook's error; a KeyboardInterrupt, which lands where most of a step's
+# time goes) left the parameters, gradients and optimizer state it had lent
+# on the host behind stand-in storages until the next forward, so the
+# program's own handler could not save them (state_dict() raised "lent to
+# the budget runtime"). So the engine's entry, torch.autograd's
+# _engine_run_backward (every backward() and grad() goes through it), is
+# wrapped while a lender exists: on any exception the active lender gives
+# everything back before the exception reaches the program. A give-back that
+# fails too (out of memory) is added to the exception as a note; the loan
+# stays for give_back_all().
+
+
+def _give_back_when_a_backward_raises() -> None:
+    """Wraps torch.autograd's engine entry once (Note [A backward that raises gives everything back])."""
+    import functools
+
+    import torch.autograd as autograd
+
+    run = autograd._engine_run_backward
+    if getattr(run, "_tensorpager_gives_back", False):
+        return
+
+    @functools.wraps(run)
+    def _engine_run_backward(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return run(*args, **kwargs)
+        except BaseException as error:
+            _give_back_after(error)
+            raise
+
+    _engine_run_backward._tensorpager_gives_back = True  # type: ignore[attr-defined]
+    autograd._engine_run_backward = _engine_run_backward
+
+
+def _give_back_after(error: BaseException) -> None:
+    from tensorpager import _runtime
+
+    b = _runtime.active()
+    lender = None if b is None or b._tracker is None else b._tracker.lender
+    if lender is None or not (lender.lent or lender.in_backward):
+        return
+    try:
+        lender.give_back_all()
+    except Exception as e:  # noqa: BLE001 - the program's exception is the one to raise
+        error.add_note(f"tensorpager: giving back the state lent during this backward failed too: {e}")
+
 
 class SavedParameter:
     """What the pack hook returns for a parameter (or a view of one)."""
@@ -103,6 +152,7 @@ class Lender:
         import torch.optim.optimizer as optim
 
         self.optimizer_hook = optim.register_optimizer_step_post_hook(self._stepped)
+        _give_back_when_a_backward_raises()
 
     # --- the saved-tensor hooks' side ----------------------------------------------------
     def saved(self, handle: Any, t: Any) -> SavedParameter:
