@@ -21,7 +21,12 @@ lender must see that nothing reads a lent storage:
 - Optimizer state (momentum, Adam's moments) is lent when the backward
   starts: its reader is the optimizer's step, after the backward. The
   lender learns the optimizers from a global step hook, so state is lent
-  from the second step on.
+  from the second step on, and only of optimizers that step on the managed
+  thread outside a backward: one that steps inside a backward (PyTorch's
+  optimizer-step-in-backward recipe, a per-parameter step in a
+  post-accumulate-grad hook) reads its state there, and one that another
+  thread steps (left alone by the budget) reads it whenever that thread
+  runs. Neither is ever lent.
 - Everything lent is given back, restored and untracked, when the backward
   ends (an engine callback), before the optimizer or the next forward can
   read it; and when the backward raises (Note [A backward that raises gives
@@ -58,11 +63,13 @@ process lends under ``manage:all``, not under ``manage:activations``.
 from __future__ import annotations
 
 import contextlib
+import functools
+import threading
 import weakref
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Iterator
+    from typing import Any, Callable, Iterator
 
 
 MIN_STATE_BYTES = 64 << 10  # optimizer state smaller than this stays put
@@ -83,8 +90,6 @@ MIN_STATE_BYTES = 64 << 10  # optimizer state smaller than this stays put
 
 def _give_back_when_a_backward_raises() -> None:
     """Wraps torch.autograd's engine entry once (Note [A backward that raises gives everything back])."""
-    import functools
-
     import torch.autograd as autograd
 
     run = autograd._engine_run_backward
@@ -132,8 +137,11 @@ class SavedParameter:
 class Lender:
     """Note [Lending parameters and gradients], for one budget block."""
 
-    def __init__(self, ext: Any) -> None:
+    def __init__(self, ext: Any, managed_thread: Callable[[], int] | None = None) -> None:
         self.ext = ext
+        # The thread whose optimizers' state may be lent (the budget's).
+        creator = threading.get_ident()
+        self.managed_thread = managed_thread if managed_thread is not None else (lambda: creator)
         self.packs: dict[int, list[Any]] = {}  # id(param) -> [param, copies saved and not yet unpacked]
         self.lent: dict[int, tuple[Any, Any]] = {}  # id(tensor) -> (tensor, LentStorage)
         self.gradients: set[int] = set()  # the ids in lent of gradients: given back last
@@ -148,7 +156,8 @@ class Lender:
         self.in_backward = False
         self.hooks: dict[int, Any] = {}  # id(param) -> post-accumulate-grad hook handle
         self.distributed: bool | None = None
-        self.optimizers: weakref.WeakSet[Any] = weakref.WeakSet()  # those that stepped under this budget
+        self.optimizers: weakref.WeakSet[Any] = weakref.WeakSet()  # those whose state may be lent
+        self.never_lent: weakref.WeakSet[Any] = weakref.WeakSet()  # those that step in a backward or elsewhere
         import torch.optim.optimizer as optim
 
         self.optimizer_hook = optim.register_optimizer_step_post_hook(self._stepped)
@@ -206,6 +215,13 @@ class Lender:
                 self._lend(p.grad, gradient=True)
 
     def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if optimizer in self.never_lent:
+            return
+        if self.in_backward or threading.get_ident() != self.managed_thread():
+            # The Note: its state is read where the lender cannot see it coming.
+            self.never_lent.add(optimizer)
+            self.optimizers.discard(optimizer)
+            return
         self.optimizers.add(optimizer)
 
     def _lend_optimizer_state(self) -> None:

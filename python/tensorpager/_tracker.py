@@ -67,7 +67,7 @@ class Tracker:
                  lend: bool = True) -> None:
         self.ext = ext
         # Note [Lending parameters and gradients] in _lend.py.
-        self.lender: _lend.Lender | None = _lend.Lender(ext) if lend else None
+        self.lender: _lend.Lender | None = _lend.Lender(ext, lambda: self.thread) if lend else None
         self.segment_depth = segment_depth
         self.recompute = recompute
         # The budget covers the thread that entered it (and autograd's threads

@@ -191,6 +191,55 @@ print(json.dumps({"RuntimeError": compare(RuntimeError), "KeyboardInterrupt": co
 
 
 @requires_ext
+def test_optimizers_that_step_in_a_backward_or_on_another_thread_are_never_lent() -> None:
+    # PyTorch's optimizer-step-in-backward recipe: one Adam per parameter,
+    # stepped by its post-accumulate-grad hook. Its state was lent at the
+    # backward's start and the steps read it on the host ("lent to the budget
+    # runtime" at the second step). An optimizer that another thread steps
+    # is not the budget's to lend either.
+    r = _child("""
+import threading
+
+def run(ratio):
+    m = model()
+    opts = {p: torch.optim.Adam([p], lr=1e-3) for p in m.parameters()}
+    def step(p):
+        opts[p].step()
+        opts[p].zero_grad()
+    for p in m.parameters():
+        p.register_post_accumulate_grad_hook(step)
+    other = torch.optim.SGD([nn.Parameter(torch.zeros(1 << 18))], lr=0.1, momentum=0.9)
+    other.param_groups[0]["params"][0].grad = torch.ones(1 << 18)
+    losses, never = [], None
+    with tp.budget(ratio, policy="lru") if ratio else contextlib.nullcontext() as b:
+        for i in range(4):
+            if i == 1 and ratio:
+                tp.step()
+                tp.reset_peak_stats()
+            loss = nn.functional.cross_entropy(m(X), Y)
+            loss.backward()
+            losses.append(loss.item().hex())
+            t = threading.Thread(target=other.step)
+            t.start()
+            t.join()
+        if ratio:
+            lender = b._tracker.lender
+            never = [other in lender.never_lent, all(o in lender.never_lent for o in opts.values()),
+                     len(lender.optimizers)]
+        offloaded = tp.stats().get("tensorpager.runtime.offloaded_bytes", 0)
+    return losses, [t.clone() for t in m.state_dict().values()], never, offloaded
+
+ref_losses, ref_state, _, _ = run(None)
+losses, state, never, offloaded = run(0.9)
+print(json.dumps({"same": losses == ref_losses and all(torch.equal(a, b) for a, b in zip(state, ref_state)),
+                  "never": never, "offloaded": offloaded}))
+""")
+    assert r["same"], r
+    assert r["never"] == [True, True, 0], r
+    assert r["offloaded"] > 0, r
+
+
+@requires_ext
 def test_parameters_come_back_before_gradients() -> None:
     # Each restore allocates: given back in pairs, a weight and its gradient
     # sat side by side, and zero_grad left holes between the weights that
