@@ -47,6 +47,10 @@ from tensorpager import _sizes
 DEFAULT_CHUNK_BYTES = 32 << 20
 MIN_ROWS = 64  # Note [Why the split loss is exact]: fewer rows take other matrix kernels
 _REDUCTIONS = {"mean": 1, "sum": 2}  # at::Reduction, as F.nll_loss passes it
+# The ignore index of the one-column problem nll_loss solves here: any value
+# but 0, the column every counted row reads. The caller's own ignore_index
+# could be 0 (a padding id), which made every row ignored (a NaN loss).
+_COLUMN_IGNORE = -100
 
 
 def _row_chunks(n: int, rows: int) -> Iterator[tuple[int, int]]:
@@ -65,10 +69,10 @@ class _SplitCrossEntropy(torch.autograd.Function):
         picked = h2.new_empty((h2.shape[0], 1))  # each row's log-probability of its target
         for r0, r1 in _row_chunks(h2.shape[0], rows):
             picked[r0:r1] = F.log_softmax(h2[r0:r1].mm(weight.t()), 1).gather(1, index[r0:r1])
-        column_target = torch.where(ignored, ignore_index, 0)
+        column_target = torch.where(ignored, _COLUMN_IGNORE, 0)
         mode = _REDUCTIONS[reduction]
-        loss, total_weight = torch.ops.aten.nll_loss_forward(picked, column_target, None, mode, ignore_index)
-        ctx.rows, ctx.mode, ctx.ignore_index = rows, mode, ignore_index
+        loss, total_weight = torch.ops.aten.nll_loss_forward(picked, column_target, None, mode, _COLUMN_IGNORE)
+        ctx.rows, ctx.mode = rows, mode
         ctx.save_for_backward(hidden, weight, index, picked, column_target, total_weight)
         return loss
 
@@ -78,7 +82,7 @@ class _SplitCrossEntropy(torch.autograd.Function):
         hidden, weight, index, picked, column_target, total_weight = ctx.saved_tensors
         # nll_loss's backward: -grad / (rows counted) at each row's target; 0 on ignored rows.
         grad_picked = torch.ops.aten.nll_loss_backward(grad_loss, picked, column_target, None, ctx.mode,
-                                                       ctx.ignore_index, total_weight)
+                                                       _COLUMN_IGNORE, total_weight)
         h2 = hidden.reshape(-1, hidden.shape[-1])
         grad_logits = h2.new_empty((h2.shape[0], weight.shape[0]))
         for r0, r1 in _row_chunks(h2.shape[0], ctx.rows):

@@ -16,20 +16,21 @@ from tensorpager.split_loss import split_cross_entropy
 
 
 def _tied_step(split: bool, b: int, t: int, d: int, v: int, reduction: str, ignored: bool,
-               chunk_rows: int) -> tuple[torch.Tensor, ...]:
+               chunk_rows: int, ignore_index: int = -100) -> tuple[torch.Tensor, ...]:
     """A tied embedding and head around one layer: the loss and the gradients."""
     torch.manual_seed(0)
     emb = (torch.randn(v, d) * 0.05).requires_grad_()
     layer = (torch.randn(d, d) * 0.1).requires_grad_()
     idx, y = torch.randint(0, v, (b, t)), torch.randint(0, v, (b, t))
     if ignored:
-        y[0, :5] = -100
+        y[0, :5] = ignore_index
     h = torch.tanh(F.embedding(idx, emb) @ layer)
     if split:
-        loss = split_cross_entropy(h, emb, y, reduction=reduction, chunk_bytes=chunk_rows * v * 4)
+        loss = split_cross_entropy(h, emb, y, reduction=reduction, chunk_bytes=chunk_rows * v * 4,
+                                   ignore_index=ignore_index)
     else:
         logits = h @ emb.t()
-        loss = F.cross_entropy(logits.reshape(-1, v), y.reshape(-1), reduction=reduction)
+        loss = F.cross_entropy(logits.reshape(-1, v), y.reshape(-1), reduction=reduction, ignore_index=ignore_index)
     loss.backward()
     return loss.detach(), emb.grad, layer.grad
 
@@ -93,3 +94,13 @@ def test_split_loss_refuses_what_it_does_not_take() -> None:
         split_cross_entropy(h, w, y[:, :4])
     with pytest.raises(ValueError, match="split_cross_entropy: chunk_bytes must be a positive size.*'big'"):
         split_cross_entropy(h, w, y, chunk_bytes="big")
+
+
+@pytest.mark.parametrize("ignore_index", [0, 3, -1])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_any_ignore_index_gives_the_unsplit_bits(ignore_index: int, reduction: str) -> None:
+    # A padding id of 0 made every row ignored: a NaN loss (issue 30).
+    ref = _tied_step(False, 3, 43, 64, 1000, reduction, True, 100, ignore_index)
+    split = _tied_step(True, 3, 43, 64, 1000, reduction, True, 100, ignore_index)
+    assert torch.isfinite(split[0])
+    assert [torch.equal(a, c) for a, c in zip(ref, split)] == [True, True, True]
