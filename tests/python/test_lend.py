@@ -140,11 +140,12 @@ print(json.dumps({"seen": seen, "after": after, "readable": readable}))
 @requires_ext
 def test_a_backward_that_raises_gives_everything_back_before_the_handler_runs() -> None:
     # Note [A backward that raises gives everything back]: the handler saves
-    # the state as plain PyTorch's at the same point, and training goes on the same.
+    # the state as plain PyTorch's at the same point, and training goes on the
+    # same; also for an error raised in opt.step(), after the backward.
     r = _child("""
 import io
 
-def run(managed, error):
+def run(managed, error, where="backward"):
     m = model()
     opt = torch.optim.SGD(m.parameters(), lr=0.01)  # momentum would stay above the budget (the floor)
     saved, lent_in_handler, losses = None, None, []
@@ -157,36 +158,40 @@ def run(managed, error):
                 tp.reset_peak_stats()
             opt.zero_grad()
             out = m[2](m[1](m[0](X)))  # the stem, then the head
-            if i == 2:
-                def fail(g):
-                    raise error("stop")
+            def fail(*args):
+                raise error("stop")
+            if i == 2 and where == "backward":
                 out.register_hook(fail)  # in the stem's backward, with the head's state lent
+            hook = opt.register_step_pre_hook(fail) if i == 2 and where == "step" else None
             loss = nn.functional.cross_entropy(m[3:](out), Y)
             try:
                 loss.backward()
+                opt.step()
             except error:
+                if hook is not None:
+                    hook.remove()
                 lent_in_handler = len(b._tracker.lender.lent) if managed else 0
                 buf = io.BytesIO()
                 torch.save({"model": m.state_dict(), "opt": opt.state_dict()}, buf)  # raised before
                 saved = buf.getvalue()
                 continue
-            opt.step()
             losses.append(loss.item().hex())
     state = [t.clone() for t in m.state_dict().values()]
     return saved, lent_in_handler, losses, state
 
-def compare(error):  # its tensors go before the next round measures its peak
-    ref_saved, _, ref_losses, ref_state = run(False, error)
-    saved, lent, losses, state = run(True, error)
+def compare(error, where="backward"):  # its tensors go before the next round measures its peak
+    ref_saved, _, ref_losses, ref_state = run(False, error, where)
+    saved, lent, losses, state = run(True, error, where)
     a = torch.load(io.BytesIO(saved))
     b = torch.load(io.BytesIO(ref_saved))
     return {"lent": lent,
             "saved": all(torch.equal(a["model"][k], b["model"][k]) for k in b["model"]),
             "after": losses == ref_losses and all(torch.equal(x, y) for x, y in zip(state, ref_state))}
 
-print(json.dumps({"RuntimeError": compare(RuntimeError), "KeyboardInterrupt": compare(KeyboardInterrupt)}))
+print(json.dumps({"RuntimeError": compare(RuntimeError), "KeyboardInterrupt": compare(KeyboardInterrupt),
+                  "in opt.step()": compare(RuntimeError, "step")}))
 """)
-    for name in ("RuntimeError", "KeyboardInterrupt"):
+    for name in ("RuntimeError", "KeyboardInterrupt", "in opt.step()"):
         assert r[name] == {"lent": 0, "saved": True, "after": True}, (name, r)
 
 
