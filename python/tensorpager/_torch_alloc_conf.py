@@ -30,6 +30,12 @@ Note [Checking PyTorch's entries]
   Keys are compared as written (PyTorch drops blanks inside a key; this
   check does not, so ``max split_size_mb`` is refused rather than guessed).
 
+  A value that names tensorpager in no entry ``backend:tensorpager`` (upper
+  case ``BACKEND:tensorpager``, ``;`` between entries, ``backend=tensorpager``)
+  is refused too, saying how entries are written: PyTorch reads the first two
+  as settings of its own and installs nothing (no error without CUDA), and the
+  third aborts the process in its tokenizer.
+
 This module imports only ``tensorpager._keys`` and ``tensorpager._conf``.
 """
 
@@ -169,7 +175,11 @@ def problem(var: str, text: str) -> str | None:
     """
     flat = _conf.split_entries(text, bracket_aware=False)
     if not any(_conf.is_tensorpager_backend(e) for e in flat):
-        return None
+        if "tensorpager" not in text.lower():
+            return None
+        return (f"{var} names tensorpager in '{_shown(text)}', but no entry is backend:tensorpager, so nothing"
+                f" would be installed. Entries are key:value, separated by ',', with keys in lower case: for"
+                f" example backend:tensorpager,manage:all,budget:0.5")
     brackets = _bracket_problem(text)
     if brackets is not None:
         return (f"{var}: {brackets}; PyTorch cannot read the value (a list is [a:1,b:2]). "

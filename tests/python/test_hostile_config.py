@@ -45,6 +45,10 @@ HOOK_ROWS = [
     ("backend:tensorpager,max split_size_mb:128", "unknown key 'max split_size_mb'"),
     ("backend:tensorpager," + "k" * MB1 + ":1", "(1048576 characters)"),
     ("backend:tensorpager,max_split_size_mb", "missing ':' between key and value"),
+    # tensorpager meant, but no entry says backend:tensorpager: nothing would be installed (issue 30).
+    ("BACKEND:tensorpager,MANAGE:all,BUDGET:0.5", "no entry is backend:tensorpager"),
+    ("backend:tensorpager;manage:all;budget:0.5", "separated by ','"),
+    ("backend=tensorpager,manage:all", "Entries are key:value"),  # c10's tokenizer aborts on it
 ]
 
 
