@@ -97,6 +97,9 @@ def install_from_environment(environ: MutableMapping[str, str]) -> None:
             e.add_note(hint)
             raise
         raise type(e)(f"{e}\n{hint}") from e
+    from tensorpager import _managed
+
+    _managed.report_peak_at_exit_if_unmanaged()
 
 
 class _ImportWatcher:

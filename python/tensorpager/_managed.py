@@ -39,6 +39,14 @@ Note [Managed process]
   ends with no budget, so nothing can fail for want of memory at shutdown,
   and one line on stderr says what the runtime did (``exit_line``).
 
+Note [The peak at exit]
+  A process that the variable installed tensorpager in without ``manage``
+  and without a budget (``backend:tensorpager`` alone, as a user measuring
+  before choosing one) prints one line at exit too: the peak of reserved bytes, and the
+  keys that would train under half of it. Nothing when it allocated nothing
+  through tensorpager (a subprocess that only imports torch) or in a
+  DataLoader worker.
+
 Note [The managed thread]
   Saved-tensor hooks are per thread, and the process budget is entered on the
   thread that imported torch. A script may train on another one (a worker
@@ -205,6 +213,44 @@ def _finish(timeline: str, manage: str = MANAGE_ACTIVATIONS) -> None:
         lost = f"; ending the session failed: {e}"
     sys.stderr.write(exit_line(budget, peak, runtime, steps, timeline, manage) + lost + "\n")
     sys.stderr.flush()
+
+
+def report_peak_at_exit_if_unmanaged() -> None:
+    """Note [The peak at exit]: registers the line of a process the variable
+    installed tensorpager in without ``manage`` (once per process)."""
+    global _peak_reported
+    if _process is not None or _peak_reported:
+        return
+    _peak_reported = True
+    atexit.register(_report_peak)
+
+
+_peak_reported = False
+
+
+def _report_peak() -> None:
+    """Note [The peak at exit]."""
+    from tensorpager import _install
+
+    if _process is not None or not _install.is_installed() or _install.get_budget() is not None:
+        return  # managed (its own line), or a budget chosen already
+    try:
+        from torch.utils.data import get_worker_info
+
+        if get_worker_info() is not None:
+            return  # a DataLoader worker: its parent's peak is the one that matters
+    except ImportError:
+        pass
+    peak = int(_install.load_ext().stats().get("reserved_bytes.all.peak", 0))
+    if peak > 0:
+        sys.stderr.write(peak_line(peak) + "\n")
+        sys.stderr.flush()
+
+
+def peak_line(peak: int) -> str:
+    """Note [The peak at exit]. Pure."""
+    return (f"tensorpager: peak reserved {_sizes.format_bytes_human(peak)} ({peak} B), no budget; to train under"
+            f" one add manage:activations (or manage:all) and budget:0.5, or bytes such as budget:{peak // 2}")
 
 
 def exit_line(budget: int | None, peak: int, runtime: dict[str, int], steps: int, timeline: str,

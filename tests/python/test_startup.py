@@ -217,3 +217,18 @@ def test_import_watcher_survives_find_spec_probes() -> None:
         """
     )
     assert proc.stdout.strip() == "['fired']"
+
+
+@requires_ext
+def test_backend_alone_prints_the_peak_at_exit_and_a_budget_that_parses() -> None:
+    # Note [The peak at exit] in _managed.py: a user measures first, then chooses a budget.
+    env = clean_env(PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager")
+    proc = run_python("import torch\nx = torch.empty(8 << 20, dtype=torch.uint8)\n", env=env, hook=True)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("tensorpager: ")]
+    assert len(lines) == 1 and lines[0].startswith("tensorpager: peak reserved "), proc.stderr
+    peak = int(lines[0].split("(")[1].split(" B)")[0])
+    assert peak >= 8 << 20
+    suggested = lines[0].rsplit("budget:", 1)[1]
+    assert int(suggested) == peak // 2
+    quiet = run_python("import torch\n", env=env, hook=True)  # allocated nothing: says nothing
+    assert "tensorpager" not in quiet.stderr
