@@ -63,7 +63,16 @@ def install(conf: str | None = None, **options: Any) -> None:
     text = _conf.merge_options(os.environ.get(_keys.ENV_CONF, "") if conf is None else conf, options)
     ext = load_ext()
     source = "configuration"
-    if "device" not in _conf.parse_to_dict(text):
+    if _conf.parse_to_dict(text).get("device", "").strip().lower() == "cuda":
+        import torch
+
+        # Accepted (a GPU may appear, as in a child with other CUDA_VISIBLE_DEVICES),
+        # but said once: nothing is managed until then. NVML, no driver call.
+        if torch.cuda.device_count() == 0:
+            sys.stderr.write("tensorpager: device:cuda, but torch sees no CUDA device (torch.cuda.device_count()"
+                             " is 0): nothing will go through tensorpager until one is visible; without a GPU,"
+                             " device:cpu puts CPU tensors under tensorpager\n")
+    elif "device" not in _conf.parse_to_dict(text):
         import torch
 
         # Not torch.cuda.is_available(): it initialises the CUDA driver

@@ -374,6 +374,11 @@ def split_channels(model: nn.Module | None = None, *, chain: tuple[nn.Module, ..
         named = [tuple(f"chain[{i}]" for i in range(len(chain)))]
         chains = [tuple(chain)]
     else:
+        if any(type(m) is _SplitConv2d for m in model.modules()):
+            # Before tracing: a split chain's forward is not traceable, and the
+            # error would then blame torch.fx.
+            raise ValueError(f"split_channels: {type(model).__name__} is split already; call remove() on the "
+                             "handle the first split returned before splitting it again")
         named = _find_chains(model)
         chains = [tuple(model.get_submodule(n) for n in names) for names in named]
         if not chains:

@@ -105,6 +105,19 @@ def test_a_managed_process_opens_no_device_at_import(conf: str) -> None:
     assert active == 1, "the process budget is not active"
 
 
+@requires_cuda_build
+def test_device_cuda_without_a_visible_gpu_says_so_once() -> None:
+    # Issue 30: accepted (no driver call may decide otherwise at import), but
+    # it manages nothing, and before it said nothing.
+    import torch
+
+    proc = run_python(_PROBE + "print(json.dumps(state()))", hook=True,
+                      env=clean_env(PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager,device:cuda,manage:all"))
+    said = proc.stderr.count("device:cuda, but torch sees no CUDA device")
+    assert said == (1 if torch.cuda.device_count() == 0 else 0), proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1])["driver_calls"] == 0
+
+
 def test_choosing_the_device_at_import_makes_no_cuda_call() -> None:
     # No device key: install() counts devices (NVML, not the driver) to choose.
     proc = run_python(

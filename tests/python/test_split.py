@@ -195,6 +195,10 @@ def test_refuses_what_it_cannot_split() -> None:
     with pytest.raises(ValueError, match="output channels"):
         split_channels(chain=(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(5), nn.ReLU()))
     model = _stem_net()
-    split_channels(model)
+    handle = split_channels(model)
     with pytest.raises(ValueError, match="split already"):
         split_channels(chain=(model[0], model[1], model[2]))
+    with pytest.raises(ValueError, match="Sequential is split already; call remove"):  # it blamed torch.fx
+        split_channels(model)
+    handle.remove()
+    split_channels(model).remove()  # removed, it splits again
