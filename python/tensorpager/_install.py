@@ -63,7 +63,8 @@ def install(conf: str | None = None, **options: Any) -> None:
     text = _conf.merge_options(os.environ.get(_keys.ENV_CONF, "") if conf is None else conf, options)
     ext = load_ext()
     source = "configuration"
-    if _conf.parse_to_dict(text).get("device", "").strip().lower() == "cuda":
+    device = _conf.parse_to_dict(text).get("device")
+    if device is not None and device.strip().lower() == "cuda":
         import torch
 
         # Accepted (a GPU may appear, as in a child with other CUDA_VISIBLE_DEVICES),
@@ -72,7 +73,7 @@ def install(conf: str | None = None, **options: Any) -> None:
             sys.stderr.write("tensorpager: device:cuda, but torch sees no CUDA device (torch.cuda.device_count()"
                              " is 0): nothing will go through tensorpager until one is visible; without a GPU,"
                              " device:cpu puts CPU tensors under tensorpager\n")
-    elif "device" not in _conf.parse_to_dict(text):
+    elif device is None:
         import torch
 
         # Not torch.cuda.is_available(): it initialises the CUDA driver
