@@ -52,6 +52,18 @@ batch 32, 160x160, that is 12.5 MiB of the 122 MiB the split stem's backward
 held; with it resident, `dtr` at 0.3 of the unsplit peak ran out of memory in
 that call in 7 runs of 19, short by 1.8 MiB (tests/python/test_budget_resnet18.py).
 
+Note [No double backward through the split]
+The backward computes the gradients without a graph, so a gradient taken
+with ``create_graph=True`` (a gradient penalty, a Hessian-vector product)
+cannot be differentiated again; the backward refuses it, saying what to do.
+Running the chain unsplit inside such a backward, with autograd recording,
+gives the right derivatives but not the unsplit bits: a penalty on the input
+gradient, alone or added to the loss, gave the parameters gradients that
+differed from the unsplit model's in the last bits. Gradients that reach an
+intermediate by several paths are summed there in the unsplit graph; here
+they travel apart, through the split's backward and through the recompute,
+and meet only at the chain's inputs and parameters.
+
 Note [Running statistics]
 The forward runs each chunk's BatchNorm as ``nn.BatchNorm2d.forward`` does,
 on slices of its buffers, so the running mean and variance are updated once,
@@ -69,7 +81,6 @@ from typing import Any, Iterator
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from tensorpager import _lend, _sizes
 
@@ -175,10 +186,18 @@ class _SplitChain(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        x, w, b, bw, bb = ctx.saved_tensors
         chain: _Chain = ctx.chain
+        if torch.is_grad_enabled():  # create_graph=True: Note [No double backward through the split]
+            conv = chain.conv
+            raise RuntimeError(
+                f"tp.split_channels: double backward is not supported through a split chain (the one from the Conv2d "
+                f"of {conv.in_channels} -> {conv.out_channels} channels): its gradients are computed without a "
+                "graph, so one taken with create_graph=True (a gradient penalty, a Hessian-vector product) cannot "
+                "be differentiated again. For such a step, run the model unsplit: call remove() on the handle "
+                "split_channels returned (the unsplit model's gradients are the split's, bit for bit), and split "
+                "it again after")
+        x, w, b, bw, bb = ctx.saved_tensors
         need_x, _, _, need_w, need_b, need_bw, need_bb = ctx.needs_input_grad
         need_bw, need_bb = need_bw and bw is not None, need_bb and bb is not None
         # The convolution's output gradient, whole (Note [Why the split is exact]).
@@ -365,7 +384,9 @@ def split_channels(model: nn.Module | None = None, *, chain: tuple[nn.Module, ..
     fits in ``chunk_bytes`` (a size: ``"8MiB"``, or bytes), and never fewer
     than 8; a call too small for two chunks runs unsplit. Returns a handle
     whose ``remove()`` undoes it. Raises ValueError when there is nothing to
-    split, naming why.
+    split, naming why. A split chain is differentiable once: a backward with
+    ``create_graph=True`` through it raises RuntimeError (Note [No double
+    backward through the split]).
     """
     size = _sizes.positive_size(chunk_bytes, "split_channels: chunk_bytes")
     if (model is None) == (chain is None):

@@ -32,6 +32,18 @@ ignored rows that ``nll_loss`` over the whole log-softmax does (it reads one
 value a row); and the gradients of the hidden states and the weight are the
 two whole ``mm`` calls autograd's matmul backward makes, from the logits'
 gradient gathered whole. Untested on CUDA.
+
+Note [No double backward through the split loss]
+The backward computes the gradients without a graph, so a gradient taken
+with ``create_graph=True`` (a gradient penalty, a Hessian-vector product)
+cannot be differentiated again; the backward refuses it, saying what to do.
+Computing the unsplit loss inside such a backward, with autograd recording,
+gives the right derivatives but not always the unsplit bits: a penalty on the
+loss's gradient alone gave them, the loss and the penalty backpropagated
+together did not (in the last bits). The unsplit graph sums their gradients
+at the log-probabilities, before the head's matrix product; here they travel
+apart, through the split's backward and through the recompute, and meet only
+at the hidden states and the weight.
 """
 
 from __future__ import annotations
@@ -40,7 +52,6 @@ from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 
 from tensorpager import _sizes
 
@@ -57,6 +68,22 @@ def _row_chunks(n: int, rows: int) -> Iterator[tuple[int, int]]:
     """[r0, r1) ranges of exactly `rows` rows covering n (the last one overlaps the one before), or one of n."""
     for r0 in range(0, n, rows):
         yield (r0, r0 + rows) if r0 + rows <= n else (max(0, n - rows), n)
+
+
+def _check_targets(target: torch.Tensor, classes: int, ignore_index: int) -> None:
+    """Raises F.cross_entropy's IndexError, naming the first target that is neither a class nor ignored.
+
+    Before the split runs: there, ``gather`` would raise a RuntimeError that
+    names neither the target nor the loss. On the CPU only: on a GPU the check
+    would make the host wait for the device at every call, and there
+    F.cross_entropy fails with a device-side assert, as the split's gather does."""
+    if target.device.type != "cpu":
+        return
+    bad = (target != ignore_index) & ((target < 0) | (target >= classes))
+    if bad.any():
+        raise IndexError(f"split_cross_entropy: target {int(target[bad][0])} is out of bounds: a target must be a "
+                         f"class index in [0, {classes - 1}] (the weight's {classes} rows) or ignore_index "
+                         f"({ignore_index})")
 
 
 class _SplitCrossEntropy(torch.autograd.Function):
@@ -77,8 +104,14 @@ class _SplitCrossEntropy(torch.autograd.Function):
         return loss
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, grad_loss: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        if torch.is_grad_enabled():  # create_graph=True: Note [No double backward through the split loss]
+            raise RuntimeError(
+                "tp.split_cross_entropy: double backward is not supported: its gradients are computed without a "
+                "graph, so one taken with create_graph=True (a gradient penalty, a Hessian-vector product) cannot be "
+                "differentiated again. For that loss term use the unsplit expression, "
+                "F.cross_entropy((hidden @ weight.t()).reshape(-1, V), target.reshape(-1)) (the split's gradients "
+                "are its gradients, bit for bit)")
         hidden, weight, index, picked, column_target, total_weight = ctx.saved_tensors
         # nll_loss's backward: -grad / (rows counted) at each row's target; 0 on ignored rows.
         grad_picked = torch.ops.aten.nll_loss_backward(grad_loss, picked, column_target, None, ctx.mode,
@@ -107,8 +140,11 @@ def split_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torc
     tied embedding's, say; no bias); target: hidden's leading shape, class
     indices. A chunk is the most rows whose logits fit in ``chunk_bytes`` (a
     size, "32MiB", or bytes), at least 64. Bit-identical to the unsplit
-    expression (Note [Why the split loss is exact]); once differentiable.
-    Raises ValueError on shapes or options it does not take, naming them.
+    expression (Note [Why the split loss is exact]). Differentiable once: a
+    backward with ``create_graph=True`` raises RuntimeError (Note [No double
+    backward through the split loss]). Raises ValueError on shapes or options
+    it does not take, naming them, and IndexError, as F.cross_entropy does on
+    the CPU, on a target that is neither a class index nor ignore_index.
     """
     size = _sizes.positive_size(chunk_bytes, "split_cross_entropy: chunk_bytes")
     if reduction not in ("mean", "sum"):
@@ -119,6 +155,7 @@ def split_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torc
     if tuple(target.shape) != tuple(hidden.shape[:-1]) or target.dtype != torch.long:
         raise ValueError(f"split_cross_entropy: target must be int64 of shape {tuple(hidden.shape[:-1])}, got "
                          f"{target.dtype} of shape {tuple(target.shape)}")
+    _check_targets(target, weight.shape[0], ignore_index)
     if not hidden.is_contiguous() or not weight.is_contiguous() or torch.is_autocast_enabled(hidden.device.type):
         # Other strides take other mm backward formulas; under autocast
         # the backward's recompute would run in another precision.

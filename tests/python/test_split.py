@@ -135,6 +135,35 @@ def test_an_input_that_needs_a_gradient_gets_the_same_gradient() -> None:
     assert all(torch.equal(a, b) for a, b in zip(*grads))
 
 
+def _penalised_step(model: nn.Module, wrt: str) -> list[torch.Tensor]:
+    """A loss plus a penalty on its gradient (wrt the input or the parameters): the gradients after it."""
+    torch.manual_seed(1)
+    x, y = torch.randn(4, 3, 64, 64, requires_grad=True), torch.randint(0, 5, (4,))
+    loss = nn.functional.cross_entropy(model(x), y)
+    grads = torch.autograd.grad(loss, [x] if wrt == "input" else list(model.parameters()), create_graph=True)
+    (loss + sum(g.pow(2).sum() for g in grads)).backward()
+    return [x.grad] + [p.grad for p in model.parameters()]
+
+
+@pytest.mark.parametrize("wrt", ["input", "parameters"])
+def test_double_backward_is_refused_naming_the_split_and_what_to_do(wrt: str) -> None:
+    # It failed at the second backward with "element 0 of tensors does not
+    # require grad", naming no split (issue 30). Note [No double backward
+    # through the split]: a recompute gave other bits.
+    model = _stem_net()
+    handle = split_channels(model, chunk_bytes=CHUNK)
+    with pytest.raises(RuntimeError, match=r"tp.split_channels: double backward is not supported through a split "
+                                           r"chain \(the one from the Conv2d of 20 -> 12 channels\): .*"
+                                           r"create_graph=True .* call remove\(\) on the handle"):
+        _penalised_step(model, wrt)
+    # What it says to do: unsplit, the step is plain PyTorch's.
+    handle.remove()
+    ref = _stem_net()
+    model.load_state_dict(ref.state_dict())  # the running statistics the refused step's forward updated
+    model.zero_grad()
+    assert all(torch.equal(a, b) for a, b in zip(_penalised_step(ref, wrt), _penalised_step(model, wrt)))
+
+
 def test_finds_torchvision_stem_and_keeps_the_model_as_it_was() -> None:
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=10)

@@ -104,3 +104,50 @@ def test_any_ignore_index_gives_the_unsplit_bits(ignore_index: int, reduction: s
     split = _tied_step(True, 3, 43, 64, 1000, reduction, True, 100, ignore_index)
     assert torch.isfinite(split[0])
     assert [torch.equal(a, c) for a, c in zip(ref, split)] == [True, True, True]
+
+
+@pytest.mark.parametrize("bad,ignore_index", [(1000, -100), (1003, -100), (-1, -100), (-5, 3), (-100, -1)])
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_an_out_of_range_target_raises_cross_entropys_index_error(bad: int, ignore_index: int,
+                                                                  contiguous: bool) -> None:
+    # It raised gather's RuntimeError, naming neither the target nor the loss (issue 30).
+    torch.manual_seed(0)
+    h, w, y = torch.randn(3, 43, 64, requires_grad=True), torch.randn(1000, 64), torch.randint(0, 1000, (3, 43))
+    y[2, 7] = bad
+    if not contiguous:  # the fallback to the unsplit expression
+        h = h.detach().transpose(0, 1).contiguous().transpose(0, 1).requires_grad_()
+    with pytest.raises(IndexError):
+        F.cross_entropy((h @ w.t()).reshape(-1, 1000), y.reshape(-1), ignore_index=ignore_index)
+    with pytest.raises(IndexError, match=rf"split_cross_entropy: target {bad} is out of bounds: .* in \[0, 999\] "
+                                         rf"\(the weight's 1000 rows\) or ignore_index \({ignore_index}\)"):
+        split_cross_entropy(h, w, y, ignore_index=ignore_index, chunk_bytes=64 * 1000 * 4)
+
+
+@pytest.mark.parametrize("ignore_index", [1000, -7])
+def test_a_target_out_of_range_is_taken_when_it_is_the_ignore_index(ignore_index: int) -> None:
+    ref = _tied_step(False, 3, 43, 64, 1000, "mean", True, 64, ignore_index)
+    split = _tied_step(True, 3, 43, 64, 1000, "mean", True, 64, ignore_index)
+    assert [torch.equal(a, c) for a, c in zip(ref, split)] == [True, True, True]
+
+
+@pytest.mark.parametrize("wrt", ["hidden", "weight"])
+def test_double_backward_is_refused_naming_the_split_and_what_to_use(wrt: str) -> None:
+    # It failed at the second backward with "element 0 of tensors does not
+    # require grad", naming no split (issue 30). Note [No double backward
+    # through the split loss]: a recompute gave other bits.
+    torch.manual_seed(0)
+    emb = (torch.randn(1000, 64) * 0.05).requires_grad_()
+    h = torch.tanh(F.embedding(torch.randint(0, 1000, (3, 43)), emb))
+    y = torch.randint(0, 1000, (3, 43))
+    loss = split_cross_entropy(h, emb, y, chunk_bytes=64 * 1000 * 4)
+    assert type(loss.grad_fn).__name__ == "_SplitCrossEntropyBackward"
+    with pytest.raises(RuntimeError, match=r"tp.split_cross_entropy: double backward is not supported: .*"
+                                           r"create_graph=True .* use the unsplit expression, F.cross_entropy"):
+        torch.autograd.grad(loss, h if wrt == "hidden" else emb, create_graph=True)
+    # Refused before anything was computed: the graph is whole, and a plain
+    # backward gives the unsplit bits.
+    loss.backward(retain_graph=True)  # h's graph, for the unsplit loss
+    split_grad = emb.grad.clone()
+    emb.grad = None
+    F.cross_entropy((h @ emb.t()).reshape(-1, 1000), y.reshape(-1)).backward()
+    assert torch.equal(split_grad, emb.grad)
