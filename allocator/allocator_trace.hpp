@@ -63,6 +63,10 @@ enum class allocator_event_kind : unsigned char {
   /// segment_map / segment_unmap); Note [Expandable segments].
   segment_map,
   segment_unmap,
+  /// The host waited for the device before giving memory back (Note [Giving
+  /// memory back waits]): bytes is what was given back, stream the stream
+  /// waited for, detail 1 when the whole device was waited for.
+  device_sync,
 };
 
 const char* to_string(allocator_event_kind k);

@@ -68,6 +68,16 @@ caching_allocator::~caching_allocator() {
       }
     }
   }
+  // Note [Giving memory back waits]: at shutdown, once, for the whole device.
+  const bool any_expandable =
+      std::any_of(segments_.begin(), segments_.end(), [](const auto& s) { return s.second->expandable; });
+  if (any_expandable) {
+    try {
+      device_.synchronize_device();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tensorpager: waiting for the device before unmapping at shutdown failed: %s\n", e.what());
+    }
+  }
   for (auto& [address, seg] : segments_) {
     if (seg->expandable) destroy_expandable_segment(*seg);
     else device_.deallocate(reinterpret_cast<void*>(address), seg->size);

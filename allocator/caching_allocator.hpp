@@ -71,8 +71,29 @@
 // PyTorch's does); num_device_alloc / num_device_free count map / unmap
 // calls; each call is a segment_map / segment_unmap record (Note [Allocator
 // events]). empty_cache() unmaps every free granule and releases segments
-// with nothing mapped. Unmapping waits for the device's work on the range
-// (device.hpp), like freeing a plain segment does.
+// with nothing mapped.
+//
+// Note [Giving memory back waits]
+// Memory the cache holds may still be used by work the host queued on the
+// block's stream: a free is stream-ordered (Note [Stream-ordered reuse]), so
+// the host never waited for it. Giving the memory back to the device needs
+// that work finished, and the host waits for it, which stops it queueing
+// work ahead. How long and for what:
+//   - a plain segment: cudaFree waits for the whole device (every stream:
+//     compute, copies, NCCL), and so does device::deallocate;
+//   - granules of an expandable segment: the allocator waits for the
+//     segment's stream only (device::synchronize), once per stream per
+//     unmapping pass, then unmaps (device::unmap expects idle memory), as
+//     PyTorch's expandable segments wait for their stream. Other streams'
+//     uses of the memory were events (record_stream), complete already since
+//     only free blocks are unmapped.
+// Each wait counts in num_device_syncs (memory_stats' key
+// "tensorpager.num_device_syncs") and is a device_sync record. The cache
+// gives memory back only on empty_cache, set_budget and the slow path of an
+// allocation that neither the cache nor growth can serve, so a steady state
+// under a budget that fits makes none: the allocator also asks the device for
+// its free memory (cudaMemGetInfo) only on that slow path, and growth within
+// the budget just tries to map.
 
 #include <cstddef>
 #include <cstdint>
@@ -237,6 +258,7 @@ class caching_allocator {
   detail::block* take_stranded_block(std::size_t size, stream_id stream);
   detail::block* allocate_segment(pool_kind pool, std::size_t size, stream_id stream);
   bool fits_budget(std::size_t bytes) const;
+  std::size_t budget_room() const;
   std::size_t headroom() const;
   std::size_t shortfall(std::size_t size, stream_id stream) const;
   void* hand_out(detail::block* b, std::size_t size, std::size_t requested);
@@ -259,7 +281,8 @@ class caching_allocator {
   void process_events();
   void wait_for_pending_events(lock_type& lock);
   // caching_allocator_expandable.cpp: Note [Expandable segments].
-  std::optional<growth_plan> plan_growth(pool_kind pool, std::size_t size, stream_id stream) const;
+  std::optional<growth_plan> plan_growth(pool_kind pool, std::size_t size, stream_id stream,
+                                         std::size_t room) const;
   std::size_t unmappable_bytes() const;
   detail::block* grow_expandable(pool_kind pool, std::size_t size, stream_id stream);
   detail::block* map_range(const growth_plan& plan);

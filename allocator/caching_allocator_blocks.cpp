@@ -103,24 +103,28 @@ bool caching_allocator::fits_budget(std::size_t bytes) const {
   return reserved <= *budget_ && bytes <= *budget_ - reserved;
 }
 
+// What the budget still allows to reserve (SIZE_MAX: no budget).
+std::size_t caching_allocator::budget_room() const {
+  if (!budget_) return SIZE_MAX;
+  const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.all().current);
+  return *budget_ > reserved ? *budget_ - reserved : 0;
+}
+
+// What the budget and the device allow: asks the device (cudaMemGetInfo), so
+// only on the slow path (Note [Giving memory back waits]).
 std::size_t caching_allocator::headroom() const {
-  std::size_t room = device_.memory().free_bytes;
-  if (budget_) {
-    const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.all().current);
-    room = std::min(room, *budget_ > reserved ? *budget_ - reserved : 0);
-  }
-  return room;
+  return std::min(device_.memory().free_bytes, budget_room());
 }
 
 // What the reclaimer is asked for: the bytes the next segment (or, in an
 // expandable segment, the planned mapping) needs beyond the headroom.
 std::size_t caching_allocator::shortfall(std::size_t size, stream_id stream) const {
+  const std::size_t room = headroom();
   std::size_t want = size_policy::min_segment_size(size);
   if (expandable_) {
-    const std::optional<growth_plan> plan = plan_growth(size_policy::pool_for(size), size, stream);
+    const std::optional<growth_plan> plan = plan_growth(size_policy::pool_for(size), size, stream, room);
     want = plan ? plan->cost() : size_policy::round_up(size, granularity_);
   }
-  const std::size_t room = headroom();
   // With headroom but no success the device is fragmented: ask for it all.
   return want > room ? want - room : want;
 }
@@ -338,7 +342,9 @@ std::size_t caching_allocator::release_cached_segments() {
       const auto seg_it = segments_.find(b->address);
       const std::size_t size = seg_it->second->size;
       if (segment_listener_ != nullptr) segment_listener_->on_segment_free(b->address, size, b->stream);
-      device_.deallocate(b->ptr(), size);
+      device_.deallocate(b->ptr(), size);  // waits for the whole device: Note [Giving memory back waits]
+      ++stats_.num_device_syncs;
+      notify(allocator_event_kind::device_sync, b, size, 1);
       ++stats_.num_device_free;
       stats_.segment.add(b->pool, -1);
       stats_.reserved_bytes.add(b->pool, -i64(size));
@@ -366,9 +372,9 @@ void caching_allocator::make_room(std::size_t size, stream_id stream) {
   release_cached_segments();
   if (!expandable_) return;
   // Note [Plans the budget can pay for] in caching_allocator_expandable.cpp.
-  const std::optional<growth_plan> plan = plan_growth(size_policy::pool_for(size), size, stream);
-  const std::size_t cost = plan ? plan->cost() : size_policy::round_up(size, granularity_);
   const std::size_t room = headroom();
+  const std::optional<growth_plan> plan = plan_growth(size_policy::pool_for(size), size, stream, room);
+  const std::size_t cost = plan ? plan->cost() : size_policy::round_up(size, granularity_);
   if (cost > room) unmap_free_granules(cost - room, plan ? &*plan : nullptr);
 }
 

@@ -71,9 +71,9 @@ std::size_t interior(const block* b, std::size_t g) {
 // affordable, nothing changes: it still waits for make_room when it needs
 // unmapping, rather than a dearer plan taking headroom at once.
 std::optional<caching_allocator::growth_plan> caching_allocator::plan_growth(pool_kind pool, std::size_t size,
-                                                                             stream_id stream) const {
+                                                                             stream_id stream,
+                                                                             std::size_t room) const {
   const std::size_t g = granularity_;
-  const std::size_t room = headroom();
   std::optional<std::size_t> unmappable;  // counted only when some plan needs more than the headroom
   const auto affordable = [&](const growth_plan& p) {
     if (p.cost() <= room) return true;
@@ -126,7 +126,10 @@ std::optional<caching_allocator::growth_plan> caching_allocator::plan_growth(poo
 }
 
 block* caching_allocator::grow_expandable(pool_kind pool, std::size_t size, stream_id stream) {
-  std::optional<growth_plan> plan = plan_growth(pool, size, stream);
+  // The budget's room only: the device is asked for its free memory on the
+  // slow path (Note [Giving memory back waits]); here a mapping it has no
+  // room for just fails.
+  std::optional<growth_plan> plan = plan_growth(pool, size, stream, budget_room());
   if (!plan) {
     // No segment of this stream and pool has the address space: reserve one,
     // but only when its first mapping would fit the budget.
@@ -218,6 +221,11 @@ std::size_t caching_allocator::unmap_free_granules(std::size_t want, const growt
   }
   std::stable_sort(candidates.begin(), candidates.end(),
                    [g](const block* a, const block* b) { return interior(a, g) > interior(b, g); });
+  struct range {
+    block* b;
+    std::uintptr_t begin, end;
+  };
+  std::vector<range> ranges;
   std::size_t released = 0;
   for (block* b : candidates) {
     if (released >= want) break;
@@ -225,9 +233,24 @@ std::size_t caching_allocator::unmap_free_granules(std::size_t want, const growt
     const std::uintptr_t end = round_down(b->end(), g);
     // Only as many granules as still wanted, from the high end.
     const std::size_t bytes = want == SIZE_MAX ? end - begin : std::min(end - begin, round_up(want - released, g));
-    unmap_interior(b, end - bytes, end);
+    ranges.push_back({b, end - bytes, end});
     released += bytes;
   }
+  // Note [Giving memory back waits]: each stream once, before its ranges.
+  std::vector<stream_id> waited;
+  for (const range& r : ranges) {
+    const stream_id s = r.b->stream;
+    if (std::find(waited.begin(), waited.end(), s) != waited.end()) continue;
+    std::size_t bytes = 0;
+    for (const range& other : ranges) bytes += other.b->stream == s ? other.end - other.begin : 0;
+    // A stream destroyed since may still run its work: wait for them all.
+    if (device_.is_stream(s)) device_.synchronize(s);
+    else device_.synchronize_device();
+    waited.push_back(s);
+    ++stats_.num_device_syncs;
+    notify(allocator_event_kind::device_sync, nullptr, bytes, 0, s);
+  }
+  for (const range& r : ranges) unmap_interior(r.b, r.begin, r.end);
   return released;
 }
 
@@ -294,7 +317,8 @@ void caching_allocator::release_empty_expandable_segments() {
 }
 
 // The destructor's part: unmaps every mapped range, allocated or not, and
-// releases the address space. The blocks stay for the caller to delete.
+// releases the address space. The blocks stay for the caller to delete; the
+// caller has waited for the device.
 void caching_allocator::destroy_expandable_segment(segment& seg) noexcept {
   for (const block* b = seg.first; b != nullptr;) {
     if (!b->mapped) {

@@ -52,6 +52,7 @@ const char* to_string(allocator_event_kind k) {
     case allocator_event_kind::free: return "free";
     case allocator_event_kind::segment_map: return "segment_map";
     case allocator_event_kind::segment_unmap: return "segment_unmap";
+    case allocator_event_kind::device_sync: return "device_sync";
   }
   return "unknown";
 }

@@ -36,7 +36,7 @@ void allocator_stats::reset_peak() {
 void allocator_stats::reset_accumulated() {
   for_each_pooled(*this, [](stat& x) { x.reset_accumulated(); });
   num_alloc_retries = num_ooms = num_sync_all_streams = 0;
-  num_device_alloc = num_device_free = num_reclaims = reclaimed_bytes = 0;
+  num_device_alloc = num_device_free = num_reclaims = reclaimed_bytes = num_device_syncs = 0;
 }
 
 std::map<std::string, std::int64_t> to_memory_stats(const allocator_stats& s) {
@@ -61,6 +61,7 @@ std::map<std::string, std::int64_t> to_memory_stats(const allocator_stats& s) {
   out["tensorpager.budget"] = s.budget;
   out["tensorpager.num_reclaims"] = s.num_reclaims;
   out["tensorpager.reclaimed_bytes"] = s.reclaimed_bytes;
+  out["tensorpager.num_device_syncs"] = s.num_device_syncs;
   return out;
 }
 

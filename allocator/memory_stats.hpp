@@ -67,6 +67,9 @@ struct allocator_stats {
   std::int64_t num_device_free = 0;
   std::int64_t num_reclaims = 0;        // tensorpager's: calls to the reclaimer
   std::int64_t reclaimed_bytes = 0;     // tensorpager's: bytes it reported freed
+  /// tensorpager's: host waits on the device that giving memory back took
+  /// (Note [Giving memory back waits] in caching_allocator.hpp).
+  std::int64_t num_device_syncs = 0;
   std::int64_t max_split_size = 0;
   std::int64_t budget = -1;             // tensorpager's: -1 when there is none
 

@@ -53,6 +53,7 @@ class device {
   /// Returns nullptr when the device has no room.
   virtual void* try_allocate(std::size_t bytes) = 0;
   /// Returns memory from try_allocate. bytes must equal the allocated size.
+  /// Waits for the whole device first, as cudaFree does.
   virtual void deallocate(void* ptr, std::size_t bytes) noexcept = 0;
 
   // --- virtual memory: reserve address space, map physical granules ---------
@@ -69,6 +70,9 @@ class device {
   /// reservation. Returns false, mapping nothing, when the device has no room.
   virtual bool try_map(void* ptr, std::size_t bytes) = 0;
   /// Returns the physical memory behind [ptr, ptr + bytes) to the device.
+  /// The range must be idle: the caller has waited for every stream whose
+  /// queued work uses it (Note [Giving memory back waits] in
+  /// allocator/caching_allocator.hpp); unmap itself does not wait on CUDA.
   virtual void unmap(void* ptr, std::size_t bytes) noexcept = 0;
 
   // --- page-locked host memory ---------------------------------------------
@@ -88,6 +92,9 @@ class device {
   virtual bool is_stream(stream_id stream) const = 0;
   /// Blocks until all work enqueued on stream so far has completed.
   virtual void synchronize(stream_id stream) = 0;
+  /// Blocks until all work enqueued on every stream of this device so far,
+  /// destroyed streams included, has completed (cudaDeviceSynchronize).
+  virtual void synchronize_device() = 0;
 
   /// Creates an event. A never-recorded event counts as completed.
   virtual event_id create_event() = 0;

@@ -382,6 +382,21 @@ void simulated_device::synchronize(stream_id stream) {
   });
 }
 
+void simulated_device::synchronize_device() {
+  std::unique_lock lock(mu_);
+  ++host_syncs_;
+  retire_ready();
+  std::vector<std::pair<std::uintptr_t, std::uint64_t>> targets;  // stream, ops enqueued so far
+  for (const auto& [id, s] : streams_) targets.emplace_back(id, s.enqueued);
+  block_until(lock, [&]() -> std::optional<std::uintptr_t> {
+    for (const auto& [id, target] : targets) {
+      auto it = streams_.find(id);  // a destroyed stream is erased once drained
+      if (it != streams_.end() && it->second.retired < target) return id;
+    }
+    return std::nullopt;
+  });
+}
+
 event_id simulated_device::create_event() {
   std::lock_guard lock(mu_);
   const std::uintptr_t id = next_event_++;

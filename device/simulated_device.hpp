@@ -135,6 +135,9 @@ class simulated_device final : public device {
   /// Returns when every op enqueued on stream before the call has retired;
   /// see Note [Simulated stream model] for how it waits.
   void synchronize(stream_id stream) override;
+  /// Returns when every op enqueued on any stream before the call has
+  /// retired; one host synchronisation.
+  void synchronize_device() override;
 
   /// A new event; ids count up from 1 and are never reused.
   event_id create_event() override;

@@ -19,6 +19,7 @@ event_kind kind_of(allocator_event_kind k) noexcept {
     case allocator_event_kind::free: return event_kind::free_requested;  // expanded below
     case allocator_event_kind::segment_map: return event_kind::segment_map;
     case allocator_event_kind::segment_unmap: return event_kind::segment_unmap;
+    case allocator_event_kind::device_sync: return event_kind::device_sync;
   }
   return event_kind::alloc;
 }

@@ -9,9 +9,9 @@ constexpr std::array<std::string_view, event_kind_count> kind_names = {
     "alloc",          "free_requested", "free_completed", "segment_alloc",   "segment_free", "oom",
     "budget_change",  "reclaim",        "eviction",       "offload_begin",   "offload_end",  "prefetch_begin",
     "prefetch_end",   "recompute_begin", "recompute_end", "stall",           "step",         "tag",
-    "segment_map",    "segment_unmap",
+    "segment_map",    "segment_unmap",   "device_sync",
 };
-static_assert(static_cast<std::size_t>(event_kind::segment_unmap) + 1 == event_kind_count);
+static_assert(static_cast<std::size_t>(event_kind::device_sync) + 1 == event_kind_count);
 
 constexpr std::array<std::string_view, category_count> category_names = {
     "unknown", "parameter", "activation", "gradient", "optimizer_state", "compressed",

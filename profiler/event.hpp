@@ -13,6 +13,8 @@
 //   segment_alloc/free segment        segment size       -          -
 //   segment_map/unmap  range          range size         1: large   the expandable segment's base
 //                                                        pool, 0: small
+//   device_sync        segment, if    bytes given back   -          1: the whole device waited for,
+//                      one                                          0: the record's stream
 //   oom                -              bytes requested    -          -
 //   budget_change      -              new budget (0: none) -        -
 //   reclaim            -              bytes asked for    -          bytes freed
@@ -40,7 +42,7 @@
 
 namespace tp::profiler {
 
-/// What an event records. The first eight and the last two are the
+/// What an event records. The first eight and the last three are the
 /// allocator's (Note [Allocator events]); the others are the runtime's, and
 /// `tag`, which the hooks use to say what a live block holds once they know.
 enum class event_kind : std::uint8_t {
@@ -64,8 +66,9 @@ enum class event_kind : std::uint8_t {
   tag,
   segment_map,
   segment_unmap,
+  device_sync,
 };
-inline constexpr std::size_t event_kind_count = 20;
+inline constexpr std::size_t event_kind_count = 21;
 
 /// What a block of memory holds, as far as tensorpager can tell.
 enum class category : std::uint8_t {

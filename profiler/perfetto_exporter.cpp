@@ -163,6 +163,10 @@ class trace_builder {
         w_.member("asked_bytes", e.bytes);
         w_.member("freed_bytes", e.detail);
         break;
+      case event_kind::device_sync:
+        w_.member("bytes_given_back", e.bytes);
+        w_.member("whole_device", e.detail == 1);
+        break;
       case event_kind::stall:
         w_.member("duration_ns", e.detail);
         w_.member("tensor", e.id);
@@ -225,6 +229,7 @@ class trace_builder {
       case event_kind::segment_unmap: instant(e, "segment_unmap"); break;
       case event_kind::oom: instant(e, "out of memory"); break;
       case event_kind::reclaim: instant(e, "reclaim"); break;
+      case event_kind::device_sync: instant(e, "device sync"); break;
       case event_kind::stall: instant(e, "stall"); break;
       case event_kind::eviction: instant(e, "eviction"); break;
       case event_kind::offload_begin: async(e, "offload", true); break;

@@ -14,8 +14,8 @@
 //                   a begin with no end (still running when the log was
 //                   read) ends at the last timestamp with args.unfinished;
 //   instants        oom, reclaim, stall, eviction, segment_alloc,
-//                   segment_free, segment_map and segment_unmap, on their
-//                   stream's thread.
+//                   segment_free, segment_map, segment_unmap and device
+//                   sync, on their stream's thread.
 // Timestamps are microseconds from the first event (the format's unit), with
 // three decimals so nothing below a microsecond is lost; otherData.t0_ns is
 // the first event's clock reading. Every track's timestamps are

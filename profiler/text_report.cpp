@@ -39,6 +39,7 @@ void device_section(std::string& out, const timeline& t, const timeline_analysis
   line("evictions", fmt::format("{} ({} dropped for recompute)", s.evictions, s.dropped_evictions));
   line("reclaims", fmt::format("{} (freed {})", s.reclaims, bytes(static_cast<std::int64_t>(s.reclaimed_bytes))));
   line("out of memory", fmt::format("{}", s.ooms));
+  line("device syncs", fmt::format("{} (to give memory back)", s.device_syncs));
   line("allocations", fmt::format("{} ({} mapped, {} unmapped)", s.allocs, count(s.segment_allocs, "segment"),
                                   s.segment_frees));
 

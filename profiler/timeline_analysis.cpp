@@ -198,6 +198,7 @@ device_analysis analyze_device(const timeline& t, const block_notes& notes, std:
       case event_kind::segment_free:
       case event_kind::segment_unmap: ++tot.segment_frees; break;
       case event_kind::oom: ++tot.ooms; break;
+      case event_kind::device_sync: ++tot.device_syncs; break;
       case event_kind::reclaim:
         ++tot.reclaims;
         tot.reclaimed_bytes += static_cast<std::uint64_t>(std::max<std::int64_t>(e.detail, 0));

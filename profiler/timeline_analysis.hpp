@@ -82,6 +82,9 @@ struct device_totals {
   /// segment_allocs / segment_frees count segment_map / segment_unmap too.
   std::uint64_t allocs = 0, segment_allocs = 0, segment_frees = 0, ooms = 0, reclaims = 0;
   std::uint64_t reclaimed_bytes = 0;
+  /// Host waits on the device to give memory back (Note [Giving memory back
+  /// waits] in allocator/caching_allocator.hpp).
+  std::uint64_t device_syncs = 0;
   std::uint64_t evictions = 0, dropped_evictions = 0;
   std::uint64_t offloads = 0, offloaded_bytes = 0;
   std::uint64_t prefetches = 0, prefetched_bytes = 0;

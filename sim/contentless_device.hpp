@@ -77,6 +77,7 @@ class contentless_device final : public device {
   void destroy_stream(stream_id s) noexcept override { inner_.destroy_stream(s); }
   bool is_stream(stream_id s) const override { return inner_.is_stream(s); }
   void synchronize(stream_id s) override { inner_.synchronize(s); }
+  void synchronize_device() override { inner_.synchronize_device(); }
   event_id create_event() override { return inner_.create_event(); }
   void destroy_event(event_id e) noexcept override { inner_.destroy_event(e); }
   void record_event(event_id e, stream_id s) override { inner_.record_event(e, s); }

@@ -9,9 +9,11 @@
 // were freed on a stream may still be read by kernels queued there. The
 // driver API promises no such wait for cuMemFree, cuMemUnmap or cuMemRelease,
 // and freeing memory a queued kernel is about to touch is a fault, not a late
-// free. So deallocate and unmap synchronize the device's context first,
-// giving both the contract of cudaFree. Both are slow paths (trimming,
-// empty_cache, budget changes).
+// free. So deallocate synchronizes the device's context first, giving it
+// the contract of cudaFree. unmap does not: its caller waits for the streams
+// that used the range, which drains less than the whole device (Note [Giving
+// memory back waits] in allocator/caching_allocator.hpp). Both are slow
+// paths (trimming, empty_cache, budget changes).
 
 #include "device/cuda/cuda_device.hpp"
 
@@ -196,6 +198,12 @@ void cuda_device::synchronize(stream_id stream) {
   const driver_api& api = driver_->api();
   const context_guard guard(api, handles_->context);
   api.check(api.call<&driver_api::stream_synchronize>(to_cu_stream(stream)), "cuStreamSynchronize");
+}
+
+void cuda_device::synchronize_device() {
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context);
+  api.check(api.call<&driver_api::ctx_synchronize>(), "cuCtxSynchronize");
 }
 
 event_id cuda_device::create_event() {

@@ -90,8 +90,8 @@ class cuda_device final : public device {
   /// granule-aligned or a granule in it is already mapped.
   bool try_map(void* ptr, std::size_t bytes) override;
   /// Unmaps and releases each granule of the range: any granule-aligned
-  /// sub-range of earlier try_map calls. Waits for the device first, like
-  /// deallocate; see Note [Free waits for the device].
+  /// sub-range of earlier try_map calls. The range must be idle: unlike
+  /// deallocate it does not wait (Note [Free waits for the device]).
   void unmap(void* ptr, std::size_t bytes) noexcept override;
 
   /// cuMemHostAlloc(CU_MEMHOSTALLOC_PORTABLE): usable from every device's
@@ -108,6 +108,8 @@ class cuda_device final : public device {
   /// streams created outside tensorpager must be accepted.
   bool is_stream(stream_id stream) const override;
   void synchronize(stream_id stream) override;
+  /// cuCtxSynchronize.
+  void synchronize_device() override;
 
   /// cuEventCreate(CU_EVENT_DISABLE_TIMING).
   event_id create_event() override;

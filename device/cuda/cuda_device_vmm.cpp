@@ -177,8 +177,8 @@ void cuda_device::unmap(void* ptr, std::size_t bytes) noexcept {
   }
   const driver_api& api = driver_->api();
   const context_guard guard(api, handles_->context, std::nothrow);
-  // Note [Free waits for the device] in cuda_device.cpp.
-  if (const CUresult r = api.call<&driver_api::ctx_synchronize>(); r != CUDA_SUCCESS) api.log(r, "cuCtxSynchronize");
+  // No wait here: the range is idle (device::unmap; Note [Free waits for the
+  // device] in cuda_device.cpp).
   const std::lock_guard lock(map_mutex_);
   unmap_granules_locked(begin, begin + bytes);
 }

@@ -75,8 +75,10 @@ TEST_F(AllocatorTrace, ReportsSegmentAllocFreeInOrderWithTotals) {
   void* p = alloc_.allocate(3 * MiB);
   alloc_.deallocate(p);
   alloc_.empty_cache();
-  // Nothing pending on other streams: the free is one folded event.
-  ASSERT_EQ(obs_.kinds(), (std::vector<kind>{kind::segment_alloc, kind::alloc, kind::free, kind::segment_free}));
+  // Nothing pending on other streams: the free is one folded event. Freeing
+  // the segment waits for the whole device first (cudaFree does).
+  ASSERT_EQ(obs_.kinds(), (std::vector<kind>{kind::segment_alloc, kind::alloc, kind::free, kind::device_sync,
+                                             kind::segment_free}));
   const std::vector<allocator_record> all = obs_.events();
   const auto& seg = all[0];
   EXPECT_EQ(seg.bytes, 20 * MiB);
@@ -89,7 +91,10 @@ TEST_F(AllocatorTrace, ReportsSegmentAllocFreeInOrderWithTotals) {
   EXPECT_EQ(obs_.events()[2].address, reinterpret_cast<std::uintptr_t>(p));
   EXPECT_EQ(obs_.events()[2].bytes, 3 * MiB);
   EXPECT_EQ(obs_.events()[2].allocated_bytes, 0);
-  EXPECT_EQ(obs_.events()[3].reserved_bytes, 0);
+  EXPECT_EQ(obs_.events()[3].bytes, 20 * MiB);
+  EXPECT_EQ(obs_.events()[3].detail, 1u);  // the whole device
+  EXPECT_EQ(obs_.events()[4].reserved_bytes, 0);
+  EXPECT_EQ(alloc_.stats().num_device_syncs, 1);
 }
 
 TEST_F(AllocatorTrace, FreeCompletesOnlyAfterOtherStreamsEvents) {

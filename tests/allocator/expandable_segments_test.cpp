@@ -287,7 +287,7 @@ TEST_F(ExpandableSegments, RecordsMapsAndUnmapsWithTotals) {
   a.empty_cache();
   a.set_trace(nullptr);
   const std::vector<allocator_record> r = t.records();
-  ASSERT_EQ(r.size(), 4u);
+  ASSERT_EQ(r.size(), 5u);
   EXPECT_EQ(r[0].kind, allocator_event_kind::segment_map);
   EXPECT_EQ(r[0].address, addr(p));
   EXPECT_EQ(r[0].bytes, 4 * MiB);
@@ -295,13 +295,19 @@ TEST_F(ExpandableSegments, RecordsMapsAndUnmapsWithTotals) {
   EXPECT_EQ(r[0].detail % g_, 0u);  // the segment's base
   EXPECT_EQ(r[1].kind, allocator_event_kind::alloc);
   EXPECT_EQ(r[2].kind, allocator_event_kind::free);
-  // empty_cache unmaps (releasing the address space is not an event).
-  EXPECT_EQ(r[3].kind, allocator_event_kind::segment_unmap);
-  EXPECT_EQ(r[3].address, addr(p));
+  // empty_cache waits for the segment's stream, once, then unmaps
+  // (releasing the address space is not an event).
+  EXPECT_EQ(r[3].kind, allocator_event_kind::device_sync);
   EXPECT_EQ(r[3].bytes, 4 * MiB);
-  EXPECT_EQ(r[3].reserved_bytes, 0);
-  EXPECT_EQ(r[3].detail, r[0].detail);
+  EXPECT_EQ(r[3].stream, to_underlying(default_stream));
+  EXPECT_EQ(r[3].detail, 0u);  // one stream, not the whole device
+  EXPECT_EQ(r[4].kind, allocator_event_kind::segment_unmap);
+  EXPECT_EQ(r[4].address, addr(p));
+  EXPECT_EQ(r[4].bytes, 4 * MiB);
+  EXPECT_EQ(r[4].reserved_bytes, 0);
+  EXPECT_EQ(r[4].detail, r[0].detail);
   EXPECT_EQ(a.stats().num_device_free, 1);
+  EXPECT_EQ(a.stats().num_device_syncs, 1);
 }
 
 TEST_F(ExpandableSegments, ASmallRequestMapsASmallGranuleAndLargeOnesStayApart) {

@@ -31,3 +31,13 @@ target_link_libraries(cuda_device_fake_driver_test PRIVATE
 target_compile_definitions(cuda_device_fake_driver_test PRIVATE TP_FAKE_LIBCUDA="$<TARGET_FILE:tp_fake_libcuda>")
 add_dependencies(cuda_device_fake_driver_test tp_fake_libcuda)
 tp_discover_tests(cuda_device_fake_driver_test LABELS device)
+
+# The allocator and budget runtime over the same stand-in driver, counting the
+# calls that make the host wait for the device (Note [Giving memory back
+# waits] in allocator/caching_allocator.hpp).
+add_executable(device_syncs_fake_driver_test ${CMAKE_CURRENT_LIST_DIR}/device_syncs_fake_driver_test.cpp)
+target_link_libraries(device_syncs_fake_driver_test PRIVATE tp_runtime tp_device_cuda GTest::gtest_main tp_warnings)
+target_include_directories(device_syncs_fake_driver_test PRIVATE ${PROJECT_SOURCE_DIR})
+target_compile_definitions(device_syncs_fake_driver_test PRIVATE TP_FAKE_LIBCUDA="$<TARGET_FILE:tp_fake_libcuda>")
+add_dependencies(device_syncs_fake_driver_test tp_fake_libcuda)
+tp_discover_tests(device_syncs_fake_driver_test LABELS device)

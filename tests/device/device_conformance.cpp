@@ -358,6 +358,36 @@ TEST_P(DeviceConformance, SynchronizeCompletesTheWorkQueuedOnItsStream) {
   dev_->destroy_stream(s);
 }
 
+// synchronize_device waits for every stream, one destroyed with work still
+// queued included: what the allocator relies on when it unmaps the granules
+// of a stream that is gone (Note [Giving memory back waits]).
+TEST_P(DeviceConformance, SynchronizeDeviceCompletesTheWorkOfEveryStream) {
+  const std::size_t bytes = 8 * MiB;
+  host_buffer src(*dev_, bytes), out_a(*dev_, bytes), out_b(*dev_, bytes);
+  device_buffer d(*dev_, bytes);
+  ASSERT_TRUE(src.get() && out_a.get() && out_b.get() && d.get());
+  src.fill_random(11);
+  out_a.fill(0);
+  out_b.fill(0);
+  const tp::stream_id a = dev_->create_stream(), b = dev_->create_stream();
+  const tp::event_id done_a = dev_->create_event(), done_b = dev_->create_event();
+  dev_->copy_async(d.get(), src.get(), bytes, a);
+  dev_->record_event(done_a, a);
+  dev_->stream_wait_event(b, done_a);
+  dev_->copy_async(out_a.get(), d.get(), bytes, a);
+  dev_->copy_async(out_b.get(), d.get(), bytes, b);
+  dev_->record_event(done_b, b);
+  dev_->destroy_stream(b);
+  dev_->synchronize_device();
+  EXPECT_TRUE(dev_->query_event(done_a));
+  EXPECT_TRUE(dev_->query_event(done_b)) << "the destroyed stream's work was not waited for";
+  EXPECT_TRUE(out_a.same_as(src));
+  EXPECT_TRUE(out_b.same_as(src));
+  dev_->destroy_event(done_a);
+  dev_->destroy_event(done_b);
+  dev_->destroy_stream(a);
+}
+
 // A stream with nothing pending (drained, never used, or the default stream)
 // synchronizes without waiting on anything, leaves an event completed
 // earlier completed and the bytes it covered as they were, and runs work

@@ -165,7 +165,11 @@ CUresult CUDAAPI ctx_set_current(CUcontext ctx) {
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI ctx_synchronize() { return enter_ctx(state()); }
+CUresult CUDAAPI ctx_synchronize() {
+  state_t& s = state();
+  s.ctx_synchronizes.fetch_add(1);
+  return enter_ctx(s);
+}
 
 CUresult CUDAAPI ctx_enable_peer_access(CUcontext peer, unsigned int flags) {
   state_t& s = state();
@@ -179,6 +183,7 @@ CUresult CUDAAPI ctx_enable_peer_access(CUcontext peer, unsigned int flags) {
 
 CUresult CUDAAPI mem_get_info(std::size_t* free, std::size_t* total) {
   state_t& s = state();
+  s.mem_get_infos.fetch_add(1);
   if (CUresult r = enter_ctx(s); r != CUDA_SUCCESS) return r;
   lock l(s.mutex);
   *total = capacity;
@@ -266,6 +271,7 @@ CUresult CUDAAPI stream_destroy(CUstream h) {
 
 CUresult CUDAAPI stream_synchronize(CUstream h) {
   state_t& s = state();
+  s.stream_synchronizes.fetch_add(1);
   if (CUresult r = enter_ctx(s); r != CUDA_SUCCESS) return r;
   lock l(s.mutex);
   return stream_ctx(s, h) != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
@@ -404,6 +410,17 @@ __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char* 
 
 /// Calls made through the entry points so far.
 __attribute__((visibility("default"))) std::uint64_t tp_fake_cuda_calls() { return state().calls.load(); }
+
+/// Calls so far of one of the entry points counted apart: cuCtxSynchronize,
+/// cuStreamSynchronize or cuMemGetInfo (any other name: 0).
+__attribute__((visibility("default"))) std::uint64_t tp_fake_cuda_count(const char* entry_point) {
+  state_t& s = state();
+  const std::string name = entry_point;
+  if (name == "cuCtxSynchronize") return s.ctx_synchronizes.load();
+  if (name == "cuStreamSynchronize") return s.stream_synchronizes.load();
+  if (name == "cuMemGetInfo") return s.mem_get_infos.load();
+  return 0;
+}
 
 /// The device of this thread's current context, or -1.
 __attribute__((visibility("default"))) int tp_fake_cuda_current_device() {

@@ -49,6 +49,11 @@ struct state_t {
   std::map<std::uintptr_t, std::pair<CUmemGenericAllocationHandle, std::size_t>> mappings;
   CUmemGenericAllocationHandle next_handle = 1;
   std::atomic<std::uint64_t> calls{0};
+  // Calls that make the host wait for the device or ask it for its free
+  // memory, counted apart (tp_fake_cuda_count).
+  std::atomic<std::uint64_t> ctx_synchronizes{0};
+  std::atomic<std::uint64_t> stream_synchronizes{0};
+  std::atomic<std::uint64_t> mem_get_infos{0};
 };
 
 inline state_t& state() {

@@ -100,6 +100,10 @@ class fake_cuda_device final : public device {
     require_own_stream(stream, "cuStreamSynchronize");
     sim_.synchronize(to_sim(stream));
   }
+  void synchronize_device() override {
+    count();
+    sim_.synchronize_device();
+  }
   event_id create_event() override {
     count();
     const event_id e = sim_.create_event();

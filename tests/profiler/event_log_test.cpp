@@ -92,7 +92,8 @@ TEST(EventLog, RecorderMirrorsTheAllocatorsEventsWithContextAndTotals) {
   std::vector<event_kind> kinds;
   for (const event& e : t.events) kinds.push_back(e.kind);
   ASSERT_EQ(kinds, (std::vector<event_kind>{event_kind::segment_alloc, event_kind::alloc, event_kind::free_requested,
-                                            event_kind::free_completed, event_kind::segment_free}));
+                                            event_kind::free_completed, event_kind::device_sync,
+                                            event_kind::segment_free}));
   const event& a = t.events[1];
   EXPECT_EQ(a.address, reinterpret_cast<std::uintptr_t>(p));
   EXPECT_EQ(a.bytes, 3 * MiB);
@@ -103,9 +104,11 @@ TEST(EventLog, RecorderMirrorsTheAllocatorsEventsWithContextAndTotals) {
   EXPECT_EQ(a.reserved_bytes, static_cast<std::int64_t>(20 * MiB));
   EXPECT_EQ(t.events[2].t_ns, 1000);
   EXPECT_EQ(t.events[2].category, category::unknown);  // only allocations carry the context
-  EXPECT_EQ(t.events[4].reserved_bytes, 0);
+  EXPECT_EQ(t.events[4].bytes, 20 * MiB);  // the device waited for, to give the segment back
+  EXPECT_EQ(t.events[4].detail, 1);
+  EXPECT_EQ(t.events[5].reserved_bytes, 0);
   // The free was folded in the log (Note [Folded frees]) and is expanded here.
-  EXPECT_EQ(rig.log.size(), 4u);
+  EXPECT_EQ(rig.log.size(), 5u);
   EXPECT_EQ(t.events[3].t_ns, t.events[2].t_ns);
   EXPECT_EQ(t.events[3].address, t.events[2].address);
   EXPECT_EQ(t.events[3].bytes, 3 * MiB);
@@ -163,9 +166,10 @@ TEST(EventLog, FreeThatWaitsForStreamsStaysTwoEvents) {
   std::vector<event_kind> kinds;
   for (const event& e : t.events) kinds.push_back(e.kind);
   ASSERT_EQ(kinds, (std::vector<event_kind>{event_kind::segment_alloc, event_kind::alloc, event_kind::free_requested,
-                                            event_kind::free_completed, event_kind::segment_free}));
+                                            event_kind::free_completed, event_kind::device_sync,
+                                            event_kind::segment_free}));
   EXPECT_LT(t.events[2].t_ns, t.events[3].t_ns);
-  EXPECT_EQ(rig.log.size(), 5u);
+  EXPECT_EQ(rig.log.size(), 6u);
 }
 
 // Writers on several threads (each its own single-producer writer, as one
