@@ -46,6 +46,11 @@ class c10_cuda_platform final : public cuda_platform {
     as_cuda(accessor).enable_peer_access(as_cuda(owner));
   }
 
+  void copy_to_peer_async(device& src_device, void* dst, device& dst_device, const void* src, std::size_t bytes,
+                          stream_id stream) override {
+    as_cuda(src_device).copy_to_peer_async(dst, as_cuda(dst_device), src, bytes, stream);
+  }
+
   std::uint64_t driver_calls() const override {
     std::lock_guard lock(mutex_);
     return (driver_ != nullptr ? driver_->calls() : 0) + failed_loads_;

@@ -345,17 +345,22 @@ void cuda_adapter::copy_data(void* dest, const void* src, std::size_t count) con
 }
 
 cudaError_t cuda_adapter::memcpyAsync(void* dst, int dstDevice, const void* src, int srcDevice, std::size_t count,
-                                      cudaStream_t stream, bool /*p2p_enabled*/) {
+                                      cudaStream_t stream, bool p2p_enabled) {
   // PyTorch calls this with the device of `stream` current (the source's).
-  // Its allocator needs cudaMemcpyPeerAsync only for memory of expandable
-  // segments (cuMemMap) without peer access; tensorpager's segments are
-  // plain allocations (cuMemAlloc), which a unified-addressing copy reaches
-  // from any device, with or without peer access.
-  (void)dstDevice;
-  (void)srcDevice;
-  const auto current = static_cast<c10::DeviceIndex>(platform_->current_device());
+  // Mapped memory (expandable segments, the default) is reachable from
+  // another device only with peer access, which enablePeerAccess grants on
+  // every mapping (Note [Peers of mapped memory] in
+  // device/cuda/cuda_device_vmm.cpp); without it, a peer copy, as PyTorch's
+  // allocator does.
   with_c10_errors([&] {
-    allocator_for(current).dev().copy_async(dst, src, count, to_stream_id(stream));
+    if (p2p_enabled || srcDevice == dstDevice) {
+      const auto current = static_cast<c10::DeviceIndex>(platform_->current_device());
+      allocator_for(current).dev().copy_async(dst, src, count, to_stream_id(stream));
+    } else {
+      platform_->copy_to_peer_async(allocator_for(static_cast<c10::DeviceIndex>(srcDevice)).dev(), dst,
+                                    allocator_for(static_cast<c10::DeviceIndex>(dstDevice)).dev(), src, count,
+                                    to_stream_id(stream));
+    }
   });
   return cudaSuccess;
 }

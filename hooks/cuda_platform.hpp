@@ -58,6 +58,11 @@ class cuda_platform {
   /// Lets kernels on `accessor` use memory of `owner` (both from
   /// open_device). Enabling it twice is not an error.
   virtual void enable_peer_access(device& accessor, device& owner) = 0;
+  /// Enqueues on `stream` (a stream of `src_device`) a copy from src, memory
+  /// of src_device, to dst, memory of dst_device, that needs no peer access
+  /// (cudaMemcpyPeerAsync).
+  virtual void copy_to_peer_async(device& src_device, void* dst, device& dst_device, const void* src,
+                                  std::size_t bytes, stream_id stream) = 0;
   /// CUDA driver calls made so far (0 before the first open_device()), for
   /// the checks that nothing called CUDA.
   virtual std::uint64_t driver_calls() const = 0;

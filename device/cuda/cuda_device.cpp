@@ -270,12 +270,24 @@ memory_info cuda_device::memory() const {
   return info;
 }
 
-void cuda_device::enable_peer_access(const cuda_device& peer) {
+void cuda_device::enable_peer_access(cuda_device& peer) {
+  {
+    const driver_api& api = driver_->api();
+    const context_guard guard(api, handles_->context);
+    const CUresult r = api.call<&driver_api::ctx_enable_peer_access>(peer.handles_->context, 0u);
+    if (r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) api.check(r, "cuCtxEnablePeerAccess");
+  }
+  peer.grant_access(ordinal_);  // Note [Peers of mapped memory] in cuda_device_vmm.cpp
+}
+
+void cuda_device::copy_to_peer_async(void* dst, const cuda_device& dst_device, const void* src, std::size_t bytes,
+                                     stream_id stream) {
+  if (bytes == 0) return;
   const driver_api& api = driver_->api();
   const context_guard guard(api, handles_->context);
-  const CUresult r = api.call<&driver_api::ctx_enable_peer_access>(peer.handles_->context, 0u);
-  if (r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) return;
-  api.check(r, "cuCtxEnablePeerAccess");
+  api.check(api.call<&driver_api::memcpy_peer_async>(to_cu(dst), dst_device.handles_->context, to_cu(src),
+                                                     handles_->context, bytes, to_cu_stream(stream)),
+            "cuMemcpyPeerAsync");
 }
 
 }  // namespace tp

@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "device/cuda/cuda_driver.hpp"
 #include "device/device.hpp"
@@ -134,10 +135,17 @@ class cuda_device final : public device {
 
   // --- CUDA only: between devices ----------------------------------------------
 
-  /// Lets kernels on this device read and write memory of `peer`
-  /// (cuCtxEnablePeerAccess with this device's context current). Enabling it
-  /// twice is not an error.
-  void enable_peer_access(const cuda_device& peer);
+  /// Lets kernels and copies on this device read and write memory of `peer`:
+  /// cuCtxEnablePeerAccess with this device's context current, and access
+  /// for this device to every granule `peer` maps, now and later (Note
+  /// [Peers of mapped memory] in cuda_device_vmm.cpp). Enabling it twice is
+  /// not an error.
+  void enable_peer_access(cuda_device& peer);
+  /// Enqueues on `stream` (this device's) a copy of bytes from src, memory of
+  /// this device, to dst, memory of `dst_device` (cuMemcpyPeerAsync): works
+  /// without peer access, mapped memory included.
+  void copy_to_peer_async(void* dst, const cuda_device& dst_device, const void* src, std::size_t bytes,
+                          stream_id stream);
 
  private:
   struct handles;  // the CUdevice and the primary CUcontext, kept out of this header
@@ -151,6 +159,9 @@ class cuda_device final : public device {
   /// Unmaps and releases the granules of [begin, end) found in granules_,
   /// logging failures. Requires: map_mutex_ held, this device's context current.
   void unmap_granules_locked(std::uintptr_t begin, std::uintptr_t end) noexcept;
+  /// Gives device `peer` read-write access to every granule mapped now and
+  /// mapped later (Note [Peers of mapped memory]).
+  void grant_access(int peer);
 
   const std::shared_ptr<const cuda_driver> driver_;
   const int ordinal_;
@@ -163,6 +174,9 @@ class cuda_device final : public device {
   std::mutex map_mutex_;
   /// Granule address -> its CUmemGenericAllocationHandle. Guarded by map_mutex_.
   std::map<std::uintptr_t, std::uint64_t> granules_;
+  /// Devices given access to this device's mapped memory (Note [Peers of
+  /// mapped memory]), besides itself. Guarded by map_mutex_.
+  std::vector<int> accessors_;
 };
 
 }  // namespace tp

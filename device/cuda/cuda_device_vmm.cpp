@@ -9,7 +9,19 @@
 // granule and granules_ remembers each handle by address. cuMemSetAccess, by
 // contrast, may span several mappings, so it is called once per try_map.
 // This is the layout PyTorch's expandable segments use.
+//
+// Note [Peers of mapped memory]
+// Memory from cuMemAlloc is reachable from every device that has peer access
+// to its owner (cuCtxEnablePeerAccess). Mapped memory is not: each device
+// that may touch it needs read-write access set on the mapping itself
+// (cuMemSetAccess), or a kernel or copy on that device faults. So when a
+// device is given peer access to this one (enable_peer_access), this one
+// grants it access to every granule mapped now, and try_map grants it to
+// every granule mapped later, as PyTorch's expandable segments do
+// (addPeerAccess). Without peer access a copy between devices goes through
+// cuMemcpyPeerAsync (copy_to_peer_async), which needs none.
 
+#include <algorithm>
 #include <cstdio>
 #include <utility>
 #include <vector>
@@ -123,6 +135,13 @@ bool cuda_device::try_map(void* ptr, std::size_t bytes) {
   };
 
   const CUmemAllocationProp prop = detail::pinned_device_memory(handles_->device);
+  // This device and its peers: Note [Peers of mapped memory].
+  std::vector<CUmemAccessDesc> access(1 + accessors_.size());
+  for (std::size_t i = 0; i < access.size(); ++i) {
+    access[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access[i].location.id = i == 0 ? handles_->device : accessors_[i - 1];
+    access[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  }
   CUresult failure = CUDA_SUCCESS;
   const char* failed_call = nullptr;
   try {
@@ -144,11 +163,7 @@ bool cuda_device::try_map(void* ptr, std::size_t bytes) {
       granules_.emplace(address, handle);  // may throw: caught below
     }
     if (failure == CUDA_SUCCESS) {
-      CUmemAccessDesc access{};
-      access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-      access.location.id = handles_->device;
-      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-      if (const CUresult r = api.call<&driver_api::mem_set_access>(to_cu(begin), bytes, &access, std::size_t{1});
+      if (const CUresult r = api.call<&driver_api::mem_set_access>(to_cu(begin), bytes, access.data(), access.size());
           r != CUDA_SUCCESS) {
         failure = r;
         failed_call = "cuMemSetAccess";
@@ -181,6 +196,31 @@ void cuda_device::unmap(void* ptr, std::size_t bytes) noexcept {
   // device] in cuda_device.cpp).
   const std::lock_guard lock(map_mutex_);
   unmap_granules_locked(begin, begin + bytes);
+}
+
+void cuda_device::grant_access(int peer) {
+  if (granularity_ == 0 || peer == ordinal_) return;
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context);
+  const std::lock_guard lock(map_mutex_);
+  if (std::find(accessors_.begin(), accessors_.end(), peer) != accessors_.end()) return;
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = peer;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  // One call per run of adjacent granules: cuMemSetAccess may span mappings.
+  for (auto it = granules_.begin(); it != granules_.end();) {
+    const std::uintptr_t begin = it->first;
+    std::uintptr_t end = begin + granularity_;
+    for (++it; it != granules_.end() && it->first == end; ++it) end += granularity_;
+    if (const CUresult r = api.call<&driver_api::mem_set_access>(to_cu(begin), end - begin, &access, std::size_t{1});
+        r != CUDA_SUCCESS) {
+      throw cuda_error(api.describe(
+          r, fmt::format("cuMemSetAccess (read-write for cuda:{} on {} of cuda:{} at {:#x})", peer,
+                         format_bytes(end - begin), ordinal_, begin).c_str()));
+    }
+  }
+  accessors_.push_back(peer);
 }
 
 void cuda_device::unmap_granules_locked(std::uintptr_t begin, std::uintptr_t end) noexcept {

@@ -90,6 +90,7 @@ void resolve(const proc_lookup& l, driver_api& api, const std::string& lib) {
   require(l, api.mem_host_alloc, "cuMemHostAlloc", 2020, lib);
   require(l, api.mem_free_host, "cuMemFreeHost", 2000, lib);
   require(l, api.memcpy_async, "cuMemcpyAsync", 4000, lib);
+  require(l, api.memcpy_peer_async, "cuMemcpyPeerAsync", 4000, lib);
   require(l, api.stream_create, "cuStreamCreate", 2000, lib);
   require(l, api.stream_destroy, "cuStreamDestroy", 4000, lib);
   require(l, api.stream_synchronize, "cuStreamSynchronize", 2000, lib);

@@ -64,6 +64,7 @@ struct driver_api {
   PFN_cuMemHostAlloc_v2020 mem_host_alloc = nullptr;
   PFN_cuMemFreeHost_v2000 mem_free_host = nullptr;
   PFN_cuMemcpyAsync_v4000 memcpy_async = nullptr;
+  PFN_cuMemcpyPeerAsync_v4000 memcpy_peer_async = nullptr;
   PFN_cuStreamCreate_v2000 stream_create = nullptr;
   PFN_cuStreamDestroy_v4000 stream_destroy = nullptr;
   PFN_cuStreamSynchronize_v2000 stream_synchronize = nullptr;

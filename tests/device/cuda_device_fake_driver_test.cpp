@@ -9,10 +9,12 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -182,6 +184,46 @@ TEST(CudaDeviceOverFakeDriver, PeerAccessIsEnabledOnceAndAgainIsNotAnError) {
   auto& cuda0 = static_cast<tp::cuda_device&>(*dev0);
   cuda0.enable_peer_access(static_cast<tp::cuda_device&>(*dev1));
   cuda0.enable_peer_access(static_cast<tp::cuda_device&>(*dev1));
+}
+
+// Note [Peers of mapped memory]: a copy on cuda:0 that touches memory cuda:1
+// mapped faults until cuda:0 has peer access, which grants it access to the
+// granules mapped before and after; a peer copy needs no access.
+TEST(CudaDeviceOverFakeDriver, MappedMemoryOfAPeerIsReachedWithPeerAccessOrByAPeerCopy) {
+  const auto dev0 = open_fake(0), dev1 = open_fake(1);
+  auto& cuda0 = static_cast<tp::cuda_device&>(*dev0);
+  auto& cuda1 = static_cast<tp::cuda_device&>(*dev1);
+  const std::size_t g = dev1->granularity();
+  auto* base = static_cast<std::byte*>(dev1->reserve(2 * g));
+  ASSERT_TRUE(dev1->try_map(base, g));
+  void* own = dev0->try_allocate(g);
+  std::vector<unsigned char> pattern(g), back(g, 0);
+  for (std::size_t i = 0; i < g; ++i) pattern[i] = static_cast<unsigned char>(i * 13 + 1);
+  dev0->copy_async(own, pattern.data(), g, tp::default_stream);
+
+  // Before peer access: a plain copy on cuda:0 into cuda:1's mapping faults ...
+  try {
+    dev0->copy_async(base, own, g, tp::default_stream);
+    ADD_FAILURE() << "a copy on cuda:0 reached cuda:1's mapped memory without access";
+  } catch (const tp::cuda_error& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA_ERROR_ILLEGAL_ADDRESS"), std::string::npos) << e.what();
+  }
+  // ... and a peer copy does not.
+  cuda0.copy_to_peer_async(base, cuda1, own, g, tp::default_stream);
+  dev1->copy_async(back.data(), base, g, tp::default_stream);
+  EXPECT_EQ(back, pattern);
+
+  // With peer access, cuda:0 reaches the granule mapped before and one mapped after.
+  cuda0.enable_peer_access(cuda1);
+  ASSERT_TRUE(dev1->try_map(base + g, g));
+  dev0->copy_async(base + g, base, g, tp::default_stream);
+  std::fill(back.begin(), back.end(), 0);
+  dev0->copy_async(back.data(), base + g, g, tp::default_stream);
+  EXPECT_EQ(back, pattern);
+
+  dev0->deallocate(own, g);
+  dev1->unmap(base, 2 * g);
+  dev1->release(base, 2 * g);
 }
 
 TEST(CudaDeviceOverFakeDriver, GivesBackEverythingItTook) {

@@ -16,7 +16,9 @@
 //     event of another context);
 //   - primary-context reference counts (retain / release balance);
 //   - virtual memory: reserve, create, map, set access, unmap, release,
-//     address free, in CUDA's order.
+//     address free, in CUDA's order; a copy touching mapped memory faults
+//     (CUDA_ERROR_ILLEGAL_ADDRESS) unless cuMemSetAccess gave the copying
+//     device access (cuMemcpyPeerAsync: each side's own device).
 // A broken rule returns the error CUDA would (CUDA_ERROR_INVALID_CONTEXT,
 // CUDA_ERROR_INVALID_HANDLE, ...). The environment variable
 // TP_FAKE_CUDA_DEVICES (default 2) sets the device count; 0 makes cuInit fail
@@ -46,7 +48,7 @@ CUresult CUDAAPI get_error_name(CUresult r, const char** out) {
       {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY"}, {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED"},
       {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE"}, {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE"},
       {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT"}, {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE"},
-      {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY"},
+      {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY"}, {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS"},
       {CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED"}};
   const auto it = names.find(r);
   if (it == names.end()) return CUDA_ERROR_INVALID_VALUE;
@@ -244,6 +246,28 @@ CUresult CUDAAPI memcpy_async(CUdeviceptr dst, CUdeviceptr src, std::size_t byte
   if (CUresult r = enter_ctx(s); r != CUDA_SUCCESS) return r;
   lock l(s.mutex);
   if (stream_ctx(s, h) != current) return CUDA_ERROR_INVALID_HANDLE;  // a stream of the current context
+  // The copy runs on the current device: mapped memory it was given no
+  // access to faults (Note [Peers of mapped memory] in cuda_device_vmm.cpp).
+  if (!accessible(s, dst, bytes, current->device) || !accessible(s, src, bytes, current->device)) {
+    return CUDA_ERROR_ILLEGAL_ADDRESS;
+  }
+  std::memcpy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI memcpy_peer_async(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx,
+                                   std::size_t bytes, CUstream h) {
+  state_t& s = state();
+  if (CUresult r = enter_ctx(s); r != CUDA_SUCCESS) return r;
+  lock l(s.mutex);
+  if (stream_ctx(s, h) != current) return CUDA_ERROR_INVALID_HANDLE;
+  const auto* d = reinterpret_cast<const context_st*>(dst_ctx);
+  const auto* c = reinterpret_cast<const context_st*>(src_ctx);
+  if (d == nullptr || c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  // Each side is reached by its own device, peer access or not.
+  if (!accessible(s, dst, bytes, d->device) || !accessible(s, src, bytes, c->device)) {
+    return CUDA_ERROR_ILLEGAL_ADDRESS;
+  }
   std::memcpy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
   return CUDA_SUCCESS;
 }
@@ -358,6 +382,7 @@ const std::vector<entry>& table() {
       TP_FAKE("cuMemHostAlloc", 2020, mem_host_alloc),
       TP_FAKE("cuMemFreeHost", 2000, mem_free_host),
       TP_FAKE("cuMemcpyAsync", 4000, memcpy_async),
+      TP_FAKE("cuMemcpyPeerAsync", 4000, memcpy_peer_async),
       TP_FAKE("cuStreamCreate", 2000, stream_create),
       TP_FAKE("cuStreamDestroy", 4000, stream_destroy),
       TP_FAKE("cuStreamSynchronize", 2000, stream_synchronize),

@@ -47,6 +47,7 @@ struct state_t {
   std::map<std::uintptr_t, std::size_t> reservations;  // base -> bytes
   std::map<CUmemGenericAllocationHandle, std::pair<int, std::size_t>> handles;  // -> device, bytes
   std::map<std::uintptr_t, std::pair<CUmemGenericAllocationHandle, std::size_t>> mappings;
+  std::map<std::uintptr_t, std::set<int>> access;  // mapping address -> devices given read-write access
   CUmemGenericAllocationHandle next_handle = 1;
   std::atomic<std::uint64_t> calls{0};
   // Calls that make the host wait for the device or ask it for its free
@@ -85,6 +86,11 @@ inline context_st* stream_ctx(state_t& s, CUstream h) {
 }
 
 // --- virtual memory (fake_libcuda_vmm.cpp) -----------------------------------------
+
+/// Whether device d may touch [address, address + bytes): true outside
+/// mapped memory (cuMemAlloc'd, host), and inside it only where
+/// cuMemSetAccess gave d access. Requires: s.mutex held.
+bool accessible(const state_t& s, std::uintptr_t address, std::size_t bytes, int d);
 
 CUresult CUDAAPI mem_get_allocation_granularity(std::size_t* g, const CUmemAllocationProp* prop,
                                                 CUmemAllocationGranularity_flags flags);

@@ -22,6 +22,17 @@ bool in_reservation(const state_t& s, std::uintptr_t address, std::size_t bytes)
 
 }  // namespace
 
+bool accessible(const state_t& s, std::uintptr_t address, std::size_t bytes, int d) {
+  auto m = s.mappings.upper_bound(address);
+  if (m != s.mappings.begin()) --m;
+  for (; m != s.mappings.end() && m->first < address + bytes; ++m) {
+    if (m->first + m->second.second <= address) continue;
+    const auto a = s.access.find(m->first);
+    if (a == s.access.end() || a->second.count(d) == 0) return false;
+  }
+  return true;
+}
+
 CUresult CUDAAPI mem_get_allocation_granularity(std::size_t* g, const CUmemAllocationProp* prop,
                                                 CUmemAllocationGranularity_flags /*flags*/) {
   state_t& s = state();
@@ -119,13 +130,22 @@ CUresult CUDAAPI mem_map(CUdeviceptr ptr, std::size_t bytes, std::size_t offset,
 CUresult CUDAAPI mem_set_access(CUdeviceptr ptr, std::size_t bytes, const CUmemAccessDesc* desc, std::size_t count) {
   state_t& s = state();
   if (CUresult r = enter(s); r != CUDA_SUCCESS) return r;
-  if (desc == nullptr || count == 0 || desc->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return CUDA_ERROR_INVALID_VALUE;
+  if (desc == nullptr || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE || desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        desc[i].location.id < 0 || desc[i].location.id >= s.devices) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
   lock l(s.mutex);
   // Every byte of the range must be mapped.
   for (std::uintptr_t a = static_cast<std::uintptr_t>(ptr); a < ptr + bytes;) {
     const auto m = s.mappings.find(a);
     if (m == s.mappings.end()) return CUDA_ERROR_INVALID_VALUE;
     a += m->second.second;
+  }
+  for (std::uintptr_t a = static_cast<std::uintptr_t>(ptr); a < ptr + bytes; a += s.mappings.at(a).second) {
+    for (std::size_t i = 0; i < count; ++i) s.access[a].insert(desc[i].location.id);
   }
   if (mprotect(reinterpret_cast<void*>(ptr), bytes, PROT_READ | PROT_WRITE) != 0) return CUDA_ERROR_UNKNOWN;
   return CUDA_SUCCESS;
@@ -139,6 +159,7 @@ CUresult CUDAAPI mem_unmap(CUdeviceptr ptr, std::size_t bytes) {
   // CUDA unmaps whole mappings only (Note [One handle per granule]).
   if (m == s.mappings.end() || m->second.second != bytes) return CUDA_ERROR_INVALID_VALUE;
   s.mappings.erase(m);
+  s.access.erase(static_cast<std::uintptr_t>(ptr));
   madvise(reinterpret_cast<void*>(ptr), bytes, MADV_DONTNEED);
   mprotect(reinterpret_cast<void*>(ptr), bytes, PROT_NONE);
   return CUDA_SUCCESS;

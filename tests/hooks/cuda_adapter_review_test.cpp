@@ -282,6 +282,15 @@ TEST_F(CudaAdapterReview, MemcpyAsyncCopiesAcrossDevicesOnTheGivenStream) {
   EXPECT_EQ(adapter_->memcpyAsync(dst, 1, src, 0, 8192, raw(s), /*p2p_enabled=*/false), cudaSuccess);
   platform_->opened_device(0).synchronize(s);
   EXPECT_TRUE(holds(read(dst, 8192), 3));
+  // Without peer access the copy is a peer copy (mapped memory is not
+  // reachable from the other device otherwise); with it, a plain one.
+  ASSERT_EQ(platform_->peer_copies().size(), 1u);
+  EXPECT_EQ(platform_->peer_copies()[0], std::make_pair(0, 1));
+  fill(src, 8192, 4);
+  EXPECT_EQ(adapter_->memcpyAsync(dst, 1, src, 0, 8192, raw(s), /*p2p_enabled=*/true), cudaSuccess);
+  platform_->opened_device(0).synchronize(s);
+  EXPECT_TRUE(holds(read(dst, 8192), 4));
+  EXPECT_EQ(platform_->peer_copies().size(), 1u);
   adapter_->raw_delete(src);
   adapter_->raw_delete(dst);
 }

@@ -213,6 +213,12 @@ class fake_cuda_platform final : public cuda_platform {
     peers_.emplace_back(static_cast<fake_cuda_device&>(accessor).ordinal(),
                         static_cast<fake_cuda_device&>(owner).ordinal());
   }
+  void copy_to_peer_async(device& src_device, void* dst, device& dst_device, const void* src, std::size_t bytes,
+                          stream_id stream) override {
+    auto& from = static_cast<fake_cuda_device&>(src_device);
+    peer_copies_.emplace_back(from.ordinal(), static_cast<fake_cuda_device&>(dst_device).ordinal());
+    from.copy_async(dst, src, bytes, stream);  // checks that `stream` is the source device's
+  }
   std::uint64_t driver_calls() const override { return calls_.load(); }
 
   // --- for tests ------------------------------------------------------------------
@@ -233,6 +239,8 @@ class fake_cuda_platform final : public cuda_platform {
     throw std::logic_error("fake device " + std::to_string(ordinal) + " was not opened");
   }
   const std::vector<std::pair<int, int>>& peer_access() const { return peers_; }
+  /// (source, destination) devices of each copy_to_peer_async, in order.
+  const std::vector<std::pair<int, int>>& peer_copies() const { return peer_copies_; }
   simulated_device& sim() { return sim_; }
   /// Holds (or releases) the simulated stream behind a handle: work queued
   /// on it does not run until released.
@@ -258,6 +266,7 @@ class fake_cuda_platform final : public cuda_platform {
   std::vector<bool> contexts_ = std::vector<bool>(8, false);
   std::vector<fake_cuda_device*> opened_;
   std::vector<std::pair<int, int>> peers_;
+  std::vector<std::pair<int, int>> peer_copies_;
   std::atomic<std::uint64_t> calls_{0};
   std::atomic<std::uint64_t> set_device_calls_{0};
 };
