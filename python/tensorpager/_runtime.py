@@ -22,6 +22,16 @@ starts after a backward has unpacked saved tensors (each iteration of a
 training loop), or at an explicit ``tp.step()``. A ratio budget is resolved
 at the first boundary (a share of that step's peak reserved bytes).
 
+Note [Peaks under a ratio budget]
+A ratio budget measures its first step without a cap, so that step's peak is
+above the budget it sets (by 1/ratio). A peak read at the end, with that step
+in it, reads as a budget broken while every budgeted step kept to it. So when
+the ratio takes effect the tracker keeps the measured peak
+(``Tracker.measured_peak``) and resets the peak statistics: from then on
+``tp.stats()`` (and ``torch.cuda.max_memory_reserved()``) give the peaks under
+the budget, and the exit line of a managed process gives both, apart (Note
+[The exit line] in ``_managed.py``). A user's own reset later wins, as always.
+
 Note [What a budget covers]
 The cap is the allocator's, so it is device-wide. The runtime manages what
 the thread that entered the block saves for backward (autograd's own threads
@@ -144,6 +154,7 @@ class budget:
                 _timeline.start_timeline()
             self._tracker = tr = _tracker.Tracker(ext, self.segment_depth, self.recompute,
                                                   self._follows_training_thread, self.lend)
+            tr.measuring = self.ratio is not None  # Note [Peaks under a ratio budget]
             self._handles = [
                 nn_module.register_module_forward_pre_hook(tr.pre_forward),
                 nn_module.register_module_forward_hook(tr.post_forward, with_kwargs=True, always_call=True),

@@ -48,6 +48,7 @@ one warning saying this.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import weakref
@@ -57,7 +58,7 @@ from tensorpager import _lend, _replay
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
 
 class Tracker:
@@ -86,6 +87,14 @@ class Tracker:
         self.unpacked = False
         self.suspended = 0  # > 0 while a replay runs: hooks stand aside
         self.steps = 0
+        # Note [Peaks under a ratio budget] in _runtime.py: True while a ratio
+        # has not taken effect; the peak reserved it was measured on.
+        self.measuring = False
+        self.measured_peak: int | None = None
+        # Called with the exception when the outermost module's forward raised
+        # (the managed process mends its out-of-memory hint: Note [The
+        # out-of-memory hint in a managed process] in _managed.py).
+        self.forward_raised: Callable[[BaseException | None], None] | None = None
         self.warned_compiled = False  # Note [torch.compile]
         self.scanned: set[int] = set()  # ids of outermost modules looked through for compiled ones
 
@@ -184,6 +193,8 @@ class Tracker:
             return
         kwargs, output = rest if len(rest) == 2 else (None, None)
         self.stack.pop()
+        if len(rest) != 2 and not self.stack and self.forward_raised is not None:
+            self.forward_raised(sys.exc_info()[1])  # torch runs always_call hooks in its except block
         seg = self.segment
         if seg is None or seg.module is not module or len(self.stack) != self.segment_depth:
             return
@@ -278,7 +289,17 @@ class Tracker:
         self.unpacked = False
         self.producers.clear()
         self.steps += 1
+        if not self.measuring:
+            self.ext.budget_step()
+            return
+        # Note [Peaks under a ratio budget] in _runtime.py: the peak the
+        # boundary resolves the ratio on, then the peaks under the budget.
+        before = self.ext.budget()
+        self.measured_peak = int(self.ext.stats().get("reserved_bytes.all.peak", 0))
         self.ext.budget_step()
+        if self.ext.budget() != before:
+            self.measuring = False
+            self.ext.reset_peak_stats()
 
 
 COMPILED_WARNING = (

@@ -232,3 +232,19 @@ def test_backend_alone_prints_the_peak_at_exit_and_a_budget_that_parses() -> Non
     assert int(suggested) == peak // 2
     quiet = run_python("import torch\n", env=env, hook=True)  # allocated nothing: says nothing
     assert "tensorpager" not in quiet.stderr
+
+
+@requires_ext
+def test_backend_alone_counts_the_host_waits_on_the_device_at_exit() -> None:
+    # Issue 29: giving memory back can wait on the whole device; the line at exit says how often.
+    env = clean_env(PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager")
+    proc = run_python("""
+        import torch, tensorpager as tp
+        x = torch.empty(8 << 20, dtype=torch.uint8)
+        del x
+        tp.empty_cache()  # gives the segment back: a host wait on the (simulated) device
+        print("syncs", tp.stats()["tensorpager.num_device_syncs"])
+        """, env=env, hook=True)
+    syncs = int(proc.stdout.split("syncs ", 1)[1])
+    assert syncs > 0
+    assert f" B), {syncs} device syncs, no budget; " in proc.stderr, proc.stderr

@@ -22,10 +22,16 @@ VAR = "PYTORCH_CUDA_ALLOC_CONF"
 # After training: the script itself never imports tensorpager; this line reads
 # the allocator's peak from the run that measures it.
 PEAK_CHECK = "\nimport tensorpager\nprint('peak', tensorpager.stats()['reserved_bytes.all.peak'])\n"
+# Note [The exit line] in _managed.py: "budget" is None when there was none;
+# "ratio" and "first" (the first step's peak, measured without a budget) only
+# for a ratio that took effect; "peak" is the peak under the budget (without
+# one where there was none); "syncs" the host waits on the device.
 EXIT_LINE = re.compile(
-    r"^tensorpager: manage:(?:activations|all): budget .*? \((?P<budget>\d+|none) B\), peak reserved .*? \((?P<peak>\d+) B\),"
+    r"^tensorpager: manage:(?:activations|all): budget (?:none(?: \([^;]*\))?|.*? \((?P<budget>\d+) B\)"
+    r"(?: = (?P<ratio>[\d.]+) x .*? \((?P<first>\d+) B\), the first step's peak reserved, measured without a budget)?);"
+    r" peak reserved (?:under the budget|without a budget) .*? \((?P<peak>\d+) B\),"
     r" offloaded .*? \((?P<offloads>\d+) offloads\), recomputed .*? \((?P<recomputes>\d+) recomputes\),"
-    r" stalled [\d.]+ ms, (?P<steps>\d+) steps; (?P<where>.*)$", re.M)
+    r" stalled [\d.]+ ms, (?P<syncs>\d+) device syncs, (?P<steps>\d+) steps; (?P<where>.*)$", re.M)
 
 
 def losses(stdout: str) -> list[str]:
@@ -171,7 +177,7 @@ assert tp._managed.managed()  # the process's budget is untouched
 grads()
 """, env=clean_env(**{VAR: "backend:tensorpager,manage:activations"}), hook=True)
     assert "already managed by manage:activations" in proc.stdout
-    assert exit_line(proc.stderr)["budget"] == "none"
+    assert exit_line(proc.stderr)["budget"] is None
 
 
 def test_users_own_saved_tensor_hooks_and_checkpoint_win_inside() -> None:
@@ -225,6 +231,70 @@ print("budget", tp.get_budget())
     line = exit_line(proc.stderr)
     assert int(line["budget"]) == resolved
     assert 0 < resolved < 64 << 20  # a share of this small step, not half of the 64 GiB simulated device
+
+
+def test_the_exit_line_gives_the_peak_under_a_ratio_budget_apart_from_the_first_steps() -> None:
+    # Issue 30 item 4: the line gave the unbudgeted first step's peak as "peak
+    # reserved" beside the budget it set ("budget 90 MiB, peak reserved 100
+    # MiB"), which reads as a budget broken while every budgeted step kept to it.
+    proc = run_python(SMALL_MODEL + """
+import tensorpager as tp
+grads()
+first = tp.stats()["reserved_bytes.all.peak"]
+for _ in range(3):
+    grads()
+print("first", first, "budget", tp.get_budget())
+""", env=clean_env(**{VAR: "backend:tensorpager,manage:activations,budget:0.9,policy:lru"}), hook=True)
+    first, budget = (int(v) for v in re.search(r"^first (\d+) budget (\d+)$", proc.stdout, re.M).groups())
+    line = exit_line(proc.stderr)
+    print(line.group(0))
+    assert int(line["budget"]) == budget and line["ratio"] == "0.9", line.group(0)
+    assert int(line["first"]) == first and budget == int(0.9 * first), line.group(0)
+    assert 0 < int(line["peak"]) <= budget < first, line.group(0)
+
+
+def test_the_exit_line_counts_the_host_waits_on_the_device() -> None:
+    # Issue 29: giving memory back can wait on the device (a cudaFree waits for
+    # all of it), which drains every stream; the line says how often, as
+    # tp.stats()["tensorpager.num_device_syncs"] counts it.
+    proc = run_python(SMALL_MODEL + """
+import tensorpager as tp
+grads()
+tp.empty_cache()  # gives the cached segments back: each a host wait on the (simulated) device
+print("syncs", tp.stats()["tensorpager.num_device_syncs"])
+""", env=clean_env(**{VAR: "backend:tensorpager,manage:activations"}), hook=True)
+    syncs = int(re.search(r"^syncs (\d+)$", proc.stdout, re.M).group(1))
+    assert syncs > 0
+    assert int(exit_line(proc.stderr)["syncs"]) == syncs
+
+
+# Runs out of memory twice under a budget of a few MiB: in the model's forward
+# (caught: the message printed), then at the top level (uncaught: the process
+# dies of it, and Python prints it).
+OUT_OF_MEMORY = SMALL_MODEL + """
+try:
+    grads()
+except torch.OutOfMemoryError as e:
+    print("caught:", e)
+big = torch.empty(64 << 20, dtype=torch.uint8)
+"""
+
+
+@pytest.mark.parametrize("manage", ["activations", "all"])
+def test_out_of_memory_in_a_managed_process_hints_what_works_there(manage: str) -> None:
+    # Issue 30 item 4: the hint said to wrap the loop in `tensorpager.budget`,
+    # which raises ManagedProcessError in a managed process.
+    proc = run_python(OUT_OF_MEMORY, env=clean_env(**{VAR: f"backend:tensorpager,manage:{manage},budget:6MiB"}),
+                      hook=True, check=False)
+    caught = re.search(r"^caught: (.*)$", proc.stdout, re.M)
+    uncaught = re.search(r"^torch.OutOfMemoryError: (.*)$", proc.stderr, re.M)
+    assert caught and uncaught, (proc.stdout, proc.stderr)
+    for message in (caught[1], uncaught[1]):
+        assert message.startswith("tensorpager: out of memory: "), message
+        assert "tensorpager.budget" not in message and "budget_scope" not in message, message
+        assert f"(manage:{manage}, budget:6MiB)" in message, message
+        assert "a larger ratio" in message and "tp.split_channels" in message and "tp.split_cross_entropy" in message
+        assert ("add manage:all" in message) == (manage == "activations"), message
 
 
 def test_the_exit_line_points_the_way_to_a_timeline() -> None:
