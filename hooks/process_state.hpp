@@ -85,6 +85,7 @@ struct session_state {
   std::shared_ptr<budget_session> active;
   std::shared_ptr<budget_session> last;  ///< for session_stats() after the end
   std::optional<double> pending_ratio;   ///< Note [Ratio budgets]
+  std::optional<double> ratio;           ///< the session's ratio, for session_remeasure()
   std::uint64_t steps = 0;
 };
 

@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 namespace tp {
 
@@ -48,17 +49,25 @@ class resident_floor {
   /// A step boundary: the step's peak becomes last_step().
   void end_step() noexcept {
     last_ = current_;
+    lowest_ = std::min(lowest_, current_);
     current_ = 0;
   }
   /// The peak of the last completed step and of the one in progress, the
   /// larger (at a boundary, before end_step(): the step just finished).
   std::size_t peak() const noexcept { return std::max(last_, current_); }
+  /// The smallest floor of the completed steps and the one in progress. The
+  /// same program needs the same floor at every step, but a step's sample
+  /// can come out above what it needs (an MLP's second step sampled
+  /// 65.6 MiB and trained under 64.6 MiB): the smallest refuses fewer
+  /// budgets that work (Note [Budget floor] in hooks/runtime/budget_floor.cpp).
+  std::size_t lowest() const noexcept { return std::min(lowest_, current_); }
 
  private:
   static std::size_t less(std::size_t a, std::size_t b) noexcept { return a > b ? a - b : 0; }
 
   std::size_t current_ = 0;
   std::size_t last_ = 0;
+  std::size_t lowest_ = SIZE_MAX;  // of the completed steps
   std::size_t last_evictable_ = 0;
   bool sampled_ = false;
 };

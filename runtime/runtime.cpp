@@ -270,6 +270,11 @@ std::size_t memory_runtime::floor_bytes() const {
   return floor_.peak();
 }
 
+std::size_t memory_runtime::lowest_floor_bytes() const {
+  lock_type lock(mu_);
+  return floor_.lowest();
+}
+
 runtime_stats memory_runtime::stats() const {
   lock_type lock(mu_);
   return stats_locked();

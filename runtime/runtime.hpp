@@ -246,6 +246,8 @@ class memory_runtime final : public reclaimer {
   /// Note [Resident floor]: the peak of bytes no eviction could give back,
   /// over the last completed step and the one in progress.
   std::size_t floor_bytes() const;
+  /// resident_floor::lowest(): the smallest floor of the steps so far.
+  std::size_t lowest_floor_bytes() const;
   /// Throws tp::error describing the first broken invariant. O(tracked).
   void check_invariants() const;
 

@@ -60,6 +60,7 @@ std::optional<std::size_t> begin_session(const session_request& req) {
   }
   r.last = r.active;
   r.pending_ratio = req.ratio;
+  r.ratio = req.ratio;
   r.steps = 0;
   if (req.ratio) {
     // Note [A ratio measures its first step] in budget_api.hpp.
@@ -95,7 +96,7 @@ std::shared_ptr<budget_session> active_session() {
   return r.active;
 }
 
-void session_step() {
+void session_step(bool resolve_ratio) {
   session_registry& r = sessions();
   std::shared_ptr<budget_session> s;
   std::optional<double> ratio;
@@ -104,7 +105,7 @@ void session_step() {
     if (!r.active) return;
     s = r.active;
     ++r.steps;
-    ratio = std::exchange(r.pending_ratio, std::nullopt);
+    if (resolve_ratio) ratio = std::exchange(r.pending_ratio, std::nullopt);
   }
   if (ratio) {
     allocator_control& control = installed_adapter_now().control;
@@ -127,10 +128,25 @@ void session_step() {
     const auto in_use = control.memory_stats().reserved_bytes.all().current;
     const auto rt = s->runtime();
     check_budget_floor(bytes, {*ratio, static_cast<std::size_t>(peak), static_cast<std::size_t>(in_use),
-                               rt ? rt->floor_bytes() : 0});  // Note [Budget floor]
+                               rt ? rt->lowest_floor_bytes() : 0});  // Note [Budget floor]
     control.change_budget(bytes);
   }
   s->step();
+}
+
+bool session_remeasure() {
+  session_registry& r = sessions();
+  {
+    std::lock_guard lock(r.mutex);
+    if (!r.active || !r.ratio || r.pending_ratio) return false;
+    r.pending_ratio = r.ratio;
+  }
+  // Note [A ratio is a share of a steady iteration] in budget_api.hpp.
+  allocator_control& control = installed_adapter_now().control;
+  control.change_budget(std::nullopt);
+  control.release_cache();
+  control.reset_peaks();
+  return true;
 }
 
 std::map<std::string, std::int64_t> session_stats() {

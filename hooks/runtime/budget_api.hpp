@@ -16,6 +16,21 @@
 // process gave the first budget 32.1 MB and the next three 21.4-21.7 MB for
 // the same model, and the first fit without evicting anything.
 
+// Note [A ratio is a share of a steady iteration]
+// The first iteration is not a steady one. A script that calls zero_grad()
+// just before backward() keeps the previous gradients and the optimizer's
+// momentum through the next forward; with gradient accumulation the
+// optimizer's state does not exist until the first optimizer step. A ratio
+// of the first iteration's peak then caps a budget that the second iteration
+// cannot keep (a ResNet-18: first peak 440 MiB, real peak 542 MiB). So the
+// Python tracker (_tracker.py) steps without resolving the ratio until an
+// iteration that began after an optimizer step has ended, and the peak it
+// resolves on is that of every iteration since the session began; where no
+// optimizer steps, the first iteration's, as before. An optimizer that steps
+// for the first time after the ratio was resolved makes the tracker measure
+// again (session_remeasure): the budget is lifted, and resolved anew once a
+// steady iteration has ended.
+
 #include <cstddef>
 #include <map>
 #include <memory>
@@ -52,9 +67,16 @@ std::optional<std::size_t> begin_session(const session_request& req);
 std::string end_session(std::optional<std::size_t> previous);
 /// The active session, or nullptr.
 std::shared_ptr<budget_session> active_session();
-/// A step boundary: the runtime learns the step; a ratio budget is resolved
-/// after the first. Does nothing without a session.
-void session_step();
+/// A step boundary: the runtime learns the step; a pending ratio budget is
+/// resolved when resolve_ratio is true (Note [A ratio is a share of a steady
+/// iteration]). Does nothing without a session.
+void session_step(bool resolve_ratio = true);
+/// Measures the ratio again: lifts the budget a ratio was resolved to,
+/// empties the cache, resets the peaks and resolves the ratio at a later
+/// session_step (Note [A ratio is a share of a steady iteration]). Returns
+/// false, changing nothing, without a session, a ratio, or while the ratio
+/// is still pending.
+bool session_remeasure();
 /// The runtime's counters under "tensorpager.runtime.*" names, of the active
 /// session or else the last one; empty when there has been none.
 std::map<std::string, std::int64_t> session_stats();

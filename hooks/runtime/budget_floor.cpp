@@ -9,7 +9,10 @@
 // most it held at once that no eviction could give back, which adds the
 // activation gradients in flight and the operands of the operator running.
 // A ratio that resolves below the larger of the two is refused with both
-// figures and the smallest ratio that could work. Both are lower bounds:
+// figures and the smallest ratio that could work. Where the ratio is
+// measured over several iterations (Note [A ratio is a share of a steady
+// iteration] in budget_api.hpp), the floor is the smallest of theirs: a
+// sample can come out above what a step needs (resident_floor::lowest). Both are lower bounds:
 // a budget above them can still fail later (fragmentation, an operator's own
 // outputs), and then the allocator's out-of-memory message says why.
 
@@ -55,7 +58,7 @@ void check_budget_floor(std::size_t budget, const budget_floor_figures& f) {
       mib(f.step_floor) +
       " at once that no eviction could give back (those, activation gradients in flight, an operator's "
       "operands). The smallest budget that could work is at least " +
-      mib(floor) + " (ratio " + fixed(static_cast<double>(floor) / peak, 2) + " of the peak); no budget is set");
+      mib(floor) + " (ratio " + fixed(static_cast<double>(floor) / peak, 2) + " of the peak): the budget is refused");
 }
 
 }  // namespace tp::hooks

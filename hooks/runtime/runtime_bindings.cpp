@@ -164,7 +164,14 @@ void register_runtime(py::module_& m) {
       [](std::optional<std::size_t> previous) { return with_c10_errors([&] { return end_session(previous); }); },
       py::arg("previous"), "Ends the session (always); returns what was lost at the end, or ''.");
   m.def("budget_active", [] { return active_session() != nullptr; });
-  m.def("budget_step", [] { with_c10_errors([] { session_step(); }); });
+  m.def(
+      "budget_step", [](bool resolve_ratio) { with_c10_errors([&] { session_step(resolve_ratio); }); },
+      py::arg("resolve_ratio") = true,
+      "A step boundary; a pending ratio is resolved only when resolve_ratio (Note [A ratio is a share of a steady "
+      "iteration]).");
+  m.def(
+      "budget_remeasure", [] { return with_c10_errors([] { return session_remeasure(); }); },
+      "Lifts a resolved ratio budget and measures it again; False when there is nothing to measure again.");
   m.def("runtime_stats", [] { return session_stats(); });
   m.def(
       "storage_key",

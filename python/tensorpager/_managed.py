@@ -12,11 +12,11 @@ Note [Managed process]
   user. The budget is the ``budget`` key and the policy the ``policy`` key:
 
   - bytes (``budget:6GiB``, ``budget:4096``): that budget from the start;
-  - a ratio of the peak (``budget:0.5``): a share of the first step's peak
-    reserved bytes, as ``tp.budget(0.5)`` (Note [Ratio budgets] in
-    ``hooks/runtime/budget_api.hpp``): "train at half of what it needs" is
-    what a user who sets one variable asks for. The allocator has no cap
-    until that step ends;
+  - a ratio of the peak (``budget:0.5``): a share of the peak reserved bytes
+    of the first steady iteration, as ``tp.budget(0.5)`` (Note [A ratio is a
+    share of a steady iteration] in ``hooks/runtime/budget_api.hpp``): "train
+    at half of what it needs" is what a user who sets one variable asks for.
+    The allocator has no cap until that iteration ends;
   - a share of the device (``budget:0.9device``): the cap ``install()`` set
     from the start;
   - none: every saved tensor is managed and measured, nothing is evicted.
@@ -42,8 +42,9 @@ Note [Managed process]
 Note [The exit line]
   One line on stderr at exit (``exit_line``): the budget; the peak of
   reserved bytes under it, which is what a user compares with the budget;
-  and, for a ratio, apart from it, the first step's peak that the ratio was
-  resolved on, measured without a budget (Note [Peaks under a ratio budget]
+  and, for a ratio, apart from it, the peak that the ratio was resolved on,
+  measured without a budget (Note [A ratio is a share of a steady iteration]
+  in ``hooks/runtime/budget_api.hpp``) (Note [Peaks under a ratio budget]
   in ``_runtime.py``). Before, the one "peak reserved" was the larger of the
   two, so a BERT run read "budget 186 MiB, peak reserved 372 MiB" while every
   budgeted step kept to its budget. Then what the runtime moved, how long
@@ -311,13 +312,13 @@ def exit_line(budget: int | None, peak: int, runtime: dict[str, int], steps: int
     where = f"timeline {timeline} (written at exit)" if timeline else "no timeline (add timeline:run.json)"
     if budget is None:
         unresolved = ("" if ratio is None else
-                      f" (ratio {ratio:g} of the first step's peak, set as the second step begins: none did)"
+                      f" (ratio {ratio:g} of the measured peak, set once a steady iteration has ended: none did)"
                       if measured_peak is None else
-                      f" (ratio {ratio:g} of the first step's peak, {human(measured_peak)}, was refused)")
+                      f" (ratio {ratio:g} of the measured peak, {human(measured_peak)}, was refused)")
         figures = f"budget none{unresolved}; peak reserved without a budget {human(peak)} ({peak} B)"
     else:
         measured = ("" if ratio is None or measured_peak is None else
-                    f" = {ratio:g} x {human(measured_peak)} ({measured_peak} B), the first step's peak reserved,"
+                    f" = {ratio:g} x {human(measured_peak)} ({measured_peak} B), the peak reserved"
                     " measured without a budget")
         figures = (f"budget {human(budget)} ({budget} B){measured};"
                    f" peak reserved under the budget {human(peak)} ({peak} B)")

@@ -64,7 +64,7 @@ def active() -> budget | None:
 def step() -> None:
     """Marks a step boundary (Note [Step boundaries]); nothing without a budget."""
     if _active is not None:
-        _active._tracker.step()
+        _active._tracker.step(by_hand=True)
 
 
 class budget:
@@ -216,6 +216,8 @@ class budget:
         return RuntimeError("tensorpager.budget: a budget is already active; budgets do not nest")
 
     def _remove_hooks(self) -> None:
+        if self._tracker is not None:
+            self._tracker.close()
         if self._hooks is not None:
             self._hooks.__exit__(None, None, None)
             self._hooks = None

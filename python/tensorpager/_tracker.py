@@ -44,6 +44,39 @@ In both, values stay bit-identical to the same compiled model without a
 budget. Before, a compiled module under a budget failed to compile (dynamo
 traced the module hooks). The first compiled module the tracker sees gets
 one warning saying this.
+
+Note [A forward that a BaseException ended]
+PyTorch runs ``always_call`` forward hooks when a forward raises an
+Exception, not a BaseException: a KeyboardInterrupt (Ctrl-C, SIGINT) or a
+SystemExit leaves the forwards it ended on the tracker's module stack, and
+with them no outermost forward again, so no step boundary ever came and every
+saved tensor after it stayed tracked (a 46 MiB step held 362 MiB after 38
+more iterations). The tracker keeps the outermost forward's frame while it
+runs; a module forward that finds it no longer among its callers forgets the
+stack and the half-recorded segment, and starts at the outermost level.
+
+Note [A step is an optimizer step]
+A step is one training iteration. Where the budget's thread steps an
+optimizer, a boundary is the first outermost forward with grad after an
+optimizer step has finished: gradient accumulation (several backwards per
+step), LBFGS (a step that calls its closure, a forward and a backward, several
+times) and an optimizer step that raised then add no boundary. Until an
+optimizer step has begun (PyTorch's global step hooks), a boundary is the first
+such forward after a backward, as for scripts without an optimizer. A forward
+inside a backward (the reentrant ``torch.utils.checkpoint`` recomputing its
+block) is never a boundary.
+  A ratio is resolved at a boundary (Note [A ratio is a share of a steady
+iteration] in hooks/runtime/budget_api.hpp): where an optimizer steps, at the
+end of the first iteration that began after an optimizer step had finished;
+before any optimizer step, at the first boundary. A forward after a backward
+while the outermost module holds gradients that an existing optimizer of its
+parameters has yet to step on is no boundary (an accumulation whose optimizer
+has not stepped yet; at most ``MAX_DEFERRED`` times; the optimizers are
+looked for among all objects, once per such forward, only before the first
+optimizer step). An optimizer that steps for the first time after the
+ratio was resolved makes the runtime measure it again. A step marked by hand
+(``tp.step()``) resolves a pending ratio at once: the program says where its
+iterations end.
 """
 
 from __future__ import annotations
@@ -82,6 +115,7 @@ class Tracker:
         self.warned_thread = False
         self.thread_hooks: Any = None  # a threading.local: the hooks entered on a followed thread
         self.stack: list[Any] = []
+        self.outer_frame: Any = None  # the outermost forward's frame while it runs
         self.segment: _replay.Segment | None = None  # the segment whose forward is running
         self.producers: dict[int, tuple[Any, _replay.Segment, int]] = {}  # storage key -> (weak output, segment, index)
         self.unpacked = False
@@ -95,6 +129,20 @@ class Tracker:
         # (the managed process mends its out-of-memory hint: Note [The
         # out-of-memory hint in a managed process] in _managed.py).
         self.forward_raised: Callable[[BaseException | None], None] | None = None
+        # Note [A step is an optimizer step]: optimizer steps begun and
+        # finished on the budget's thread, the finished ones at the last
+        # boundary, boundaries since the first had finished, and boundaries
+        # that were no boundary for gradients waiting for a first step.
+        self.optimizer_steps_begun = 0
+        self.optimizer_steps = 0
+        self.optimizer_steps_at_boundary = 0
+        self.boundaries_after_optimizer = 0
+        self.deferred = 0
+        self.no_optimizer = False  # gradients were found with no optimizer of them
+        import torch.optim.optimizer as optim
+
+        self._optimizer_hooks = (optim.register_optimizer_step_pre_hook(self._optimizer_begins),
+                                 optim.register_optimizer_step_post_hook(self._optimizer_finished))
         self.warned_compiled = False  # Note [torch.compile]
         self.scanned: set[int] = set()  # ids of outermost modules looked through for compiled ones
 
@@ -142,6 +190,11 @@ class Tracker:
         if threading.get_ident() != self.thread and not self._follow_this_thread():
             return
         depth = len(self.stack)
+        if depth and not self._outer_forward_running():
+            self._forget_interrupted_forward()  # Note [A forward that a BaseException ended]
+            depth = 0
+        if depth == 0:
+            self.outer_frame = sys._getframe(1)  # the outermost module's _call_impl
         if depth == 0 and not self.warned_compiled and id(module) not in self.scanned:
             # A module compiled in place runs its hooks only while traced: look
             # for it from the outermost module, once (Note [torch.compile]).
@@ -161,10 +214,24 @@ class Tracker:
         self.trained = True
         if depth == 0 and self.lender is not None and (self.lender.lent or self.lender.in_backward):
             self.lender.give_back_all()  # a backward that raised: its callback never ran
-        if depth == 0 and self.unpacked:
+        if depth == 0 and self._ends_iteration(module):
             self.step()
         if self.recompute and depth == self.segment_depth:
             self.segment = _replay.Segment(module, args)
+
+    def _outer_forward_running(self) -> bool:
+        """Whether the outermost forward on the stack is still running (its frame is a caller's)."""
+        f = sys._getframe(1)
+        while f is not None:
+            if f is self.outer_frame:
+                return True
+            f = f.f_back
+        return False
+
+    def _forget_interrupted_forward(self) -> None:
+        self.stack.clear()
+        self.segment = None  # half recorded: nothing it saved is recomputable
+        self.outer_frame = None
 
     def _follow_this_thread(self) -> bool:
         """Whether the calling thread becomes the managed one: Note [The managed thread]."""
@@ -193,6 +260,8 @@ class Tracker:
             return
         kwargs, output = rest if len(rest) == 2 else (None, None)
         self.stack.pop()
+        if not self.stack:
+            self.outer_frame = None  # held only while the outermost forward runs
         if len(rest) != 2 and not self.stack and self.forward_raised is not None:
             self.forward_raised(sys.exc_info()[1])  # torch runs always_call hooks in its except block
         seg = self.segment
@@ -285,12 +354,66 @@ class Tracker:
             return
         h.set_recompute(partial(seg.replay, self, "output", index), seg.cost_ns, version)
 
-    def step(self) -> None:
+    # --- steps: Note [A step is an optimizer step] --------------------------------------
+    def _optimizer_begins(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if threading.get_ident() != self.thread:
+            return
+        self.optimizer_steps_begun += 1
+        if self.optimizer_steps_begun == 1 and not self.measuring and self.ext.budget_remeasure():
+            self.measuring = True  # the ratio was resolved before the optimizer state existed
+
+    def _optimizer_finished(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if threading.get_ident() == self.thread:
+            self.optimizer_steps += 1
+
+    def _ends_iteration(self, module: Any) -> bool:
+        """Whether an outermost forward with grad starts a new iteration."""
+        import torch
+
+        if torch._C._current_graph_task_id() != -1:
+            return False  # a forward inside a backward (a reentrant checkpoint's recompute)
+        if self.optimizer_steps_begun:
+            return self.optimizer_steps > self.optimizer_steps_at_boundary
+        if not self.unpacked:
+            return False
+        if self.deferred < MAX_DEFERRED and self._accumulates_for_an_optimizer(module):
+            self.deferred += 1
+            return False
+        return True
+
+    def _accumulates_for_an_optimizer(self, module: Any) -> bool:
+        """Whether module holds gradients that an optimizer of its parameters has yet to step on."""
+        if self.no_optimizer or not any(p.grad is not None for p in module.parameters()):
+            return False
+        import gc
+
+        import torch
+
+        params = {id(p) for p in module.parameters()}
+        for o in gc.get_objects():  # before the first optimizer step only, a few times at most
+            if issubclass(type(o), torch.optim.Optimizer) and any(  # type(): a dead weak proxy raises on isinstance
+                    id(p) in params for group in o.param_groups for p in group["params"]):
+                return True
+        self.no_optimizer = True  # a backward is a step here (checked once)
+        return False
+
+    def step(self, by_hand: bool = False) -> None:
+        """A step boundary; by_hand (tp.step()) resolves a pending ratio at once."""
+        if self.stack and not self._outer_forward_running():
+            self._forget_interrupted_forward()  # Note [A forward that a BaseException ended]
         self.unpacked = False
         self.producers.clear()
         self.steps += 1
+        if self.optimizer_steps > self.optimizer_steps_at_boundary:
+            self.optimizer_steps_at_boundary = self.optimizer_steps
+            self.boundaries_after_optimizer += 1
+        elif self.optimizer_steps:
+            self.boundaries_after_optimizer += 1  # tp.step() called by hand between optimizer steps
         if not self.measuring:
             self.ext.budget_step()
+            return
+        if not by_hand and self.optimizer_steps_begun and self.boundaries_after_optimizer < 2:
+            self.ext.budget_step(False)  # the iteration that ended was not a steady one
             return
         # Note [Peaks under a ratio budget] in _runtime.py: the peak the
         # boundary resolves the ratio on, then the peaks under the budget.
@@ -301,6 +424,14 @@ class Tracker:
             self.measuring = False
             self.ext.reset_peak_stats()
 
+    def close(self) -> None:
+        """Removes the optimizer step hooks (again: nothing)."""
+        for h in self._optimizer_hooks:
+            h.remove()
+        self._optimizer_hooks = ()
+
+
+MAX_DEFERRED = 64  # forwards after a backward that wait for an accumulation's first optimizer step
 
 COMPILED_WARNING = (
     "tensorpager: a torch.compile'd module runs under the budget. The activations of a compiled region stay on"

@@ -23,12 +23,12 @@ VAR = "PYTORCH_CUDA_ALLOC_CONF"
 # the allocator's peak from the run that measures it.
 PEAK_CHECK = "\nimport tensorpager\nprint('peak', tensorpager.stats()['reserved_bytes.all.peak'])\n"
 # Note [The exit line] in _managed.py: "budget" is None when there was none;
-# "ratio" and "first" (the first step's peak, measured without a budget) only
+# "ratio" and "first" (the peak it was resolved on, measured without a budget) only
 # for a ratio that took effect; "peak" is the peak under the budget (without
 # one where there was none); "syncs" the host waits on the device.
 EXIT_LINE = re.compile(
     r"^tensorpager: manage:(?:activations|all): budget (?:none(?: \([^;]*\))?|.*? \((?P<budget>\d+) B\)"
-    r"(?: = (?P<ratio>[\d.]+) x .*? \((?P<first>\d+) B\), the first step's peak reserved, measured without a budget)?);"
+    r"(?: = (?P<ratio>[\d.]+) x .*? \((?P<first>\d+) B\), the peak reserved measured without a budget)?);"
     r" peak reserved (?:under the budget|without a budget) .*? \((?P<peak>\d+) B\),"
     r" offloaded .*? \((?P<offloads>\d+) offloads\), recomputed .*? \((?P<recomputes>\d+) recomputes\),"
     r" stalled [\d.]+ ms, (?P<syncs>\d+) device syncs, (?P<steps>\d+) steps; (?P<where>.*)$", re.M)

@@ -62,6 +62,19 @@ TEST(ResidentFloor, AStepBoundaryKeepsTheLastStepsPeakUntilTheNextExceedsIt) {
   EXPECT_EQ(f.peak(), 70u);
 }
 
+TEST(ResidentFloor, TheLowestIsTheSmallestOfTheStepsSoFarTheOneInProgressIncluded) {
+  resident_floor f;
+  f.sample(100, 100, 0, 0);
+  EXPECT_EQ(f.lowest(), 100u);  // the first step, in progress
+  f.end_step();
+  f.sample(130, 130, 0, 0);  // a sample above what the step needs
+  EXPECT_EQ(f.lowest(), 100u);
+  EXPECT_EQ(f.peak(), 130u);
+  f.end_step();
+  f.sample(90, 90, 0, 0);
+  EXPECT_EQ(f.lowest(), 90u);
+}
+
 TEST(ResidentFloor, RuntimeCountsWhatIsNotEvictableAndWhatIsInUse) {
   runtime_rig rig({.expandable = true});
   memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, {});
