@@ -55,28 +55,7 @@ more iterations). The tracker keeps the outermost forward's frame while it
 runs; a module forward that finds it no longer among its callers forgets the
 stack and the half-recorded segment, and starts at the outermost level.
 
-Note [A step is an optimizer step]
-A step is one training iteration. Where the budget's thread steps an
-optimizer, a boundary is the first outermost forward with grad after an
-optimizer step has finished: gradient accumulation (several backwards per
-step), LBFGS (a step that calls its closure, a forward and a backward, several
-times) and an optimizer step that raised then add no boundary. Until an
-optimizer step has begun (PyTorch's global step hooks), a boundary is the first
-such forward after a backward, as for scripts without an optimizer. A forward
-inside a backward (the reentrant ``torch.utils.checkpoint`` recomputing its
-block) is never a boundary.
-  A ratio is resolved at a boundary (Note [A ratio is a share of a steady
-iteration] in hooks/runtime/budget_api.hpp): where an optimizer steps, at the
-end of the first iteration that began after an optimizer step had finished;
-before any optimizer step, at the first boundary. A forward after a backward
-while the outermost module holds gradients that an existing optimizer of its
-parameters has yet to step on is no boundary (an accumulation whose optimizer
-has not stepped yet; at most ``MAX_DEFERRED`` times; the optimizers are
-looked for among all objects, once per such forward, only before the first
-optimizer step). An optimizer that steps for the first time after the
-ratio was resolved makes the runtime measure it again. A step marked by hand
-(``tp.step()``) resolves a pending ratio at once: the program says where its
-iterations end.
+Steps (Note [A step is an optimizer step]) are told apart in ``_steps.py``.
 """
 
 from __future__ import annotations
@@ -87,7 +66,7 @@ import time
 import weakref
 from functools import partial
 
-from tensorpager import _lend, _replay
+from tensorpager import _lend, _replay, _steps
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -129,20 +108,8 @@ class Tracker:
         # (the managed process mends its out-of-memory hint: Note [The
         # out-of-memory hint in a managed process] in _managed.py).
         self.forward_raised: Callable[[BaseException | None], None] | None = None
-        # Note [A step is an optimizer step]: optimizer steps begun and
-        # finished on the budget's thread, the finished ones at the last
-        # boundary, boundaries since the first had finished, and boundaries
-        # that were no boundary for gradients waiting for a first step.
-        self.optimizer_steps_begun = 0
-        self.optimizer_steps = 0
-        self.optimizer_steps_at_boundary = 0
-        self.boundaries_after_optimizer = 0
-        self.deferred = 0
-        self.no_optimizer = False  # gradients were found with no optimizer of them
-        import torch.optim.optimizer as optim
-
-        self._optimizer_hooks = (optim.register_optimizer_step_pre_hook(self._optimizer_begins),
-                                 optim.register_optimizer_step_post_hook(self._optimizer_finished))
+        # Note [A step is an optimizer step] in _steps.py.
+        self.iterations = _steps.Steps(lambda: self.thread, self._first_optimizer_step)
         self.warned_compiled = False  # Note [torch.compile]
         self.scanned: set[int] = set()  # ids of outermost modules looked through for compiled ones
 
@@ -214,7 +181,7 @@ class Tracker:
         self.trained = True
         if depth == 0 and self.lender is not None and (self.lender.lent or self.lender.in_backward):
             self.lender.give_back_all()  # a backward that raised: its callback never ran
-        if depth == 0 and self._ends_iteration(module):
+        if depth == 0 and self.iterations.ends_iteration(module, self.unpacked):
             self.step()
         if self.recompute and depth == self.segment_depth:
             self.segment = _replay.Segment(module, args)
@@ -354,48 +321,10 @@ class Tracker:
             return
         h.set_recompute(partial(seg.replay, self, "output", index), seg.cost_ns, version)
 
-    # --- steps: Note [A step is an optimizer step] --------------------------------------
-    def _optimizer_begins(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if threading.get_ident() != self.thread:
-            return
-        self.optimizer_steps_begun += 1
-        if self.optimizer_steps_begun == 1 and not self.measuring and self.ext.budget_remeasure():
+    # --- steps: Note [A step is an optimizer step] in _steps.py ----------------------
+    def _first_optimizer_step(self) -> None:
+        if not self.measuring and self.ext.budget_remeasure():
             self.measuring = True  # the ratio was resolved before the optimizer state existed
-
-    def _optimizer_finished(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if threading.get_ident() == self.thread:
-            self.optimizer_steps += 1
-
-    def _ends_iteration(self, module: Any) -> bool:
-        """Whether an outermost forward with grad starts a new iteration."""
-        import torch
-
-        if torch._C._current_graph_task_id() != -1:
-            return False  # a forward inside a backward (a reentrant checkpoint's recompute)
-        if self.optimizer_steps_begun:
-            return self.optimizer_steps > self.optimizer_steps_at_boundary
-        if not self.unpacked:
-            return False
-        if self.deferred < MAX_DEFERRED and self._accumulates_for_an_optimizer(module):
-            self.deferred += 1
-            return False
-        return True
-
-    def _accumulates_for_an_optimizer(self, module: Any) -> bool:
-        """Whether module holds gradients that an optimizer of its parameters has yet to step on."""
-        if self.no_optimizer or not any(p.grad is not None for p in module.parameters()):
-            return False
-        import gc
-
-        import torch
-
-        params = {id(p) for p in module.parameters()}
-        for o in gc.get_objects():  # before the first optimizer step only, a few times at most
-            if issubclass(type(o), torch.optim.Optimizer) and any(  # type(): a dead weak proxy raises on isinstance
-                    id(p) in params for group in o.param_groups for p in group["params"]):
-                return True
-        self.no_optimizer = True  # a backward is a step here (checked once)
-        return False
 
     def step(self, by_hand: bool = False) -> None:
         """A step boundary; by_hand (tp.step()) resolves a pending ratio at once."""
@@ -404,15 +333,11 @@ class Tracker:
         self.unpacked = False
         self.producers.clear()
         self.steps += 1
-        if self.optimizer_steps > self.optimizer_steps_at_boundary:
-            self.optimizer_steps_at_boundary = self.optimizer_steps
-            self.boundaries_after_optimizer += 1
-        elif self.optimizer_steps:
-            self.boundaries_after_optimizer += 1  # tp.step() called by hand between optimizer steps
+        self.iterations.boundary()
         if not self.measuring:
             self.ext.budget_step()
             return
-        if not by_hand and self.optimizer_steps_begun and self.boundaries_after_optimizer < 2:
+        if not by_hand and not self.iterations.steady:
             self.ext.budget_step(False)  # the iteration that ended was not a steady one
             return
         # Note [Peaks under a ratio budget] in _runtime.py: the peak the
@@ -426,12 +351,8 @@ class Tracker:
 
     def close(self) -> None:
         """Removes the optimizer step hooks (again: nothing)."""
-        for h in self._optimizer_hooks:
-            h.remove()
-        self._optimizer_hooks = ()
+        self.iterations.close()
 
-
-MAX_DEFERRED = 64  # forwards after a backward that wait for an accumulation's first optimizer step
 
 COMPILED_WARNING = (
     "tensorpager: a torch.compile'd module runs under the budget. The activations of a compiled region stay on"
