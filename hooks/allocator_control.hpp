@@ -39,6 +39,12 @@ class allocator_control {
   virtual void change_budget(std::optional<std::size_t> bytes) = 0;
   /// The current device's budget in bytes; nullopt when there is none.
   virtual std::optional<std::size_t> budget_bytes() = 0;
+  /// budget_bytes() when it can be told without opening a device; the outer
+  /// nullopt when it cannot (a share of a CUDA device not used yet: Note [A
+  /// session opens its device at the first tensor] in budget_session.hpp).
+  virtual std::optional<std::optional<std::size_t>> budget_if_known() { return budget_bytes(); }
+  /// Undoes change_budget(): every device has the configured budget again.
+  virtual void restore_configured_budget() = 0;
   /// Returns every cached free segment of every device to the device.
   virtual void release_cache() = 0;
   /// Resets the peak statistics of the current device.

@@ -171,6 +171,8 @@ void cpu_adapter::change_budget(std::optional<std::size_t> bytes) {
 
 std::optional<std::size_t> cpu_adapter::budget_bytes() { return allocator_.budget(); }
 
+void cpu_adapter::restore_configured_budget() { allocator_.set_budget(configured_budget_); }
+
 void cpu_adapter::release_cache() { allocator_.empty_cache(); }
 
 void cpu_adapter::reset_peaks() { allocator_.reset_peak_stats(); }

@@ -86,6 +86,7 @@ class cpu_adapter final : public c10::Allocator,
   std::vector<segment_snapshot> segments() override;
   void change_budget(std::optional<std::size_t> bytes) override;
   std::optional<std::size_t> budget_bytes() override;
+  void restore_configured_budget() override;
   void release_cache() override;
   void reset_peaks() override;
 
@@ -107,6 +108,7 @@ class cpu_adapter final : public c10::Allocator,
   steady_clock clock_;
   simulated_device device_;
   caching_allocator allocator_;
+  const std::optional<std::size_t> configured_budget_ = allocator_.budget();
   pinned_host_pool host_pool_;  // where the runtime swaps tensors out to
   c10::Allocator* previous_ = nullptr;  // set while installed
   std::mutex recorder_mutex_;           // serialises attach_event_log()

@@ -161,6 +161,8 @@ class cuda_adapter final : public c10::cuda::CUDACachingAllocator::CUDAAllocator
   std::vector<segment_snapshot> segments() override;
   void change_budget(std::optional<std::size_t> bytes) override;
   std::optional<std::size_t> budget_bytes() override;
+  std::optional<std::optional<std::size_t>> budget_if_known() override;
+  void restore_configured_budget() override;
   void release_cache() override;
   void reset_peaks() override;
 

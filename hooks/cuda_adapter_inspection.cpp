@@ -249,6 +249,27 @@ std::optional<std::size_t> cuda_adapter::budget_bytes() {
   return allocator_for(static_cast<c10::DeviceIndex>(platform_->current_device())).budget();
 }
 
+std::optional<std::optional<std::size_t>> cuda_adapter::budget_if_known() {
+  if (caching_allocator* a = opened_current()) return a->budget();
+  const allocator_stats s = unopened_stats();
+  if (s.budget >= 0) return static_cast<std::size_t>(s.budget);
+  if (config_.budget && config_.budget->resolvable_now()) return std::nullopt;  // a share of the device
+  return std::optional<std::size_t>{};  // none, or a share of the peak: no cap yet
+}
+
+void cuda_adapter::restore_configured_budget() {
+  std::lock_guard lock(open_mutex_);
+  budget_override_.reset();
+  for (std::size_t i = 0; i < states_.size(); ++i) {
+    if (!states_[i]) continue;
+    std::optional<std::size_t> budget;
+    if (config_.budget && config_.budget->resolvable_now()) {
+      budget = config_.budget->resolve_for_device(states_[i]->total_bytes, "CUDA device " + std::to_string(i));
+    }
+    states_[i]->allocator->set_budget(budget);
+  }
+}
+
 void cuda_adapter::release_cache() {
   const std::size_t limit = device_limit_.load();
   for (std::size_t i = 0; i < limit; ++i) {

@@ -86,6 +86,9 @@ struct session_state {
   std::shared_ptr<budget_session> last;  ///< for session_stats() after the end
   std::optional<double> pending_ratio;   ///< Note [Ratio budgets]
   std::optional<double> ratio;           ///< the session's ratio, for session_remeasure()
+  /// The session began with the configured budget unknown (a share of a
+  /// device not opened): its end restores the configured one.
+  bool configured_budget_unknown = false;
   std::uint64_t steps = 0;
 };
 

@@ -45,7 +45,11 @@ std::optional<std::size_t> begin_session(const session_request& req) {
     throw error("tensorpager: a budget is already active; budgets do not nest (end the outer one first, or change "
                 "its size with set_budget())");
   }
-  const std::optional<std::size_t> previous = a.control.budget_bytes();
+  // Note [A session opens its device at the first tensor]: a session that
+  // changes no budget asks for none that would open the device.
+  const bool changes = req.bytes || req.ratio;
+  const std::optional<std::optional<std::size_t>> known = a.control.budget_if_known();
+  const std::optional<std::size_t> previous = known ? *known : changes ? a.control.budget_bytes() : std::nullopt;
   if (req.bytes) a.control.change_budget(*req.bytes);  // throws invalid_argument; nothing changed yet
   budget_session::options o;
   o.policy = req.policy.value_or(a.cfg.policy);
@@ -61,6 +65,7 @@ std::optional<std::size_t> begin_session(const session_request& req) {
   r.last = r.active;
   r.pending_ratio = req.ratio;
   r.ratio = req.ratio;
+  r.configured_budget_unknown = !known && !changes;
   r.steps = 0;
   if (req.ratio) {
     // Note [A ratio measures its first step] in budget_api.hpp.
@@ -73,10 +78,12 @@ std::optional<std::size_t> begin_session(const session_request& req) {
 std::string end_session(std::optional<std::size_t> previous) {
   session_registry& r = sessions();
   std::shared_ptr<budget_session> s;
+  bool configured = false;
   {
     std::lock_guard lock(r.mutex);
     s = std::exchange(r.active, nullptr);
     r.pending_ratio.reset();
+    configured = std::exchange(r.configured_budget_unknown, false);
   }
   if (!s) return {};
   // Lift the budget first: making every managed storage resident again must
@@ -84,7 +91,11 @@ std::string end_session(std::optional<std::size_t> previous) {
   allocator_control& control = installed_adapter_now().control;
   control.change_budget(std::nullopt);
   const auto [lost, why] = s->close();  // ends the session whatever happens (Note [Session lifetime])
-  control.change_budget(previous);  // throws when more is reserved now: the session has ended anyway
+  if (configured) {
+    control.restore_configured_budget();  // the session began before the device had its budget
+  } else {
+    control.change_budget(previous);  // throws when more is reserved now: the session has ended anyway
+  }
   if (lost == 0) return {};
   return std::to_string(lost) + " saved tensor(s) could not be brought back when the budget ended, and raise "
          "an error if backward needs them; the first: " + why;

@@ -27,7 +27,12 @@
 // that imports torch, DataLoader and compile workers included, holding a
 // context on GPU 0; issue 29). A storage tensorpager allocated exists only
 // once its device is in use, so the first one opens nothing new. Until then
-// the session's statistics are zeros and a step does nothing.
+// the session's statistics are zeros and a step does nothing. Beginning a
+// session asks for the budget in force only where it can be told without a
+// device (allocator_control::budget_if_known): a share of a device
+// (budget:0.9device) has no size before the device opens, so a session that
+// changes no budget leaves that share to each device as it opens, and its
+// end restores the configured budget (restore_configured_budget).
 
 #include <cstddef>
 #include <cstdint>

@@ -158,14 +158,16 @@ def managed() -> bool:
 
 def budget_argument(text: str, ext: Any) -> int | float | None:
     """The ``budget`` key's value (as the C++ side writes it back) as tp.budget's size:
-    bytes, a ratio of the first step's peak, or None. Read by the C++ parser;
-    a share of the device is the cap install() already set from it."""
+    bytes, a ratio of the measured peak, or None. Read by the C++ parser;
+    a share of the device is None: the cap install() set from it, which each
+    device gets as it opens (asking its size now would open the device at
+    import: Note [A session opens its device at the first tensor])."""
     parsed = ext.parse_budget(text or "none")
     if parsed is None:
         return None
     kind, amount = parsed
     if kind == "device":
-        return ext.budget()
+        return None
     return float(amount) if kind == "peak" else int(amount)
 
 

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -17,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "hooks/cuda_adapter.hpp"
+#include "hooks/runtime/budget_api.hpp"
 #include "hooks/tensorpager.hpp"
 #include "tests/hooks/cuda_adapter_fixture.hpp"
 
@@ -279,6 +282,43 @@ TEST(CudaAdapterInstallDeathTest, InstallingMakesNoCudaCall) {
                       : 1);
       },
       ::testing::ExitedWithCode(0), "");
+}
+
+// Issue 29: manage:* with budget:0.9device began its session at import by
+// asking the budget, which opened cuda:0 (a share of a device has no size
+// before the device is open). A session that changes no budget now asks for
+// none that would open it (the production path: the real platform and
+// driver loader, which this machine has no GPU for).
+TEST(CudaAdapterInstallDeathTest, ASessionThatChangesNoBudgetOpensNoDeviceForAShareOfIt) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        tensorpager::install("device:cuda,budget:0.9device");
+        const std::optional<std::size_t> previous = begin_session({});
+        const bool begun = tensorpager::cuda_driver_calls() == 0;
+        (void)end_session(previous);
+        std::exit(begun && tensorpager::cuda_driver_calls() == 0 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST_F(CudaAdapterStreams, RestoringTheConfiguredBudgetGivesEachOpenedDeviceItsShareAgain) {
+  make("device:cuda,budget:0.9device");
+  adapter_->raw_delete(adapter_->raw_alloc(1 << 20));  // opens cuda:0
+  const std::optional<std::size_t> share = adapter_->budget_bytes();
+  const auto total = static_cast<double>(platform_->opened_device(0).memory().total_bytes);
+  ASSERT_TRUE(share.has_value());
+  EXPECT_NEAR(static_cast<double>(*share), 0.9 * total, 1 << 20);
+  adapter_->change_budget(64 << 20);
+  EXPECT_EQ(adapter_->budget_bytes(), std::optional<std::size_t>(64 << 20));
+  adapter_->restore_configured_budget();
+  EXPECT_EQ(adapter_->budget_bytes(), share);
+  // And a device opened afterwards gets the share too, not the override.
+  adapter_->change_budget(64 << 20);
+  adapter_->restore_configured_budget();
+  platform_->set_current_device(1);
+  adapter_->raw_delete(adapter_->raw_alloc(1 << 20));
+  EXPECT_EQ(adapter_->budget_bytes(), share);
 }
 
 }  // namespace

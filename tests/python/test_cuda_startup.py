@@ -87,7 +87,8 @@ print(json.dumps(state()))
 
 
 @requires_cuda_build
-@pytest.mark.parametrize("conf", ["manage:activations", "manage:activations,budget:0.5", "manage:all,budget:2GiB"])
+@pytest.mark.parametrize("conf", ["manage:activations", "manage:activations,budget:0.5", "manage:all,budget:2GiB",
+                                  "manage:all,budget:0.9device"])
 def test_a_managed_process_opens_no_device_at_import(conf: str) -> None:
     # Note [A session opens its device at the first tensor] in
     # hooks/runtime/budget_session.hpp: the process budget that manage:* enters
