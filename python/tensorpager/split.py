@@ -257,12 +257,28 @@ def _slices(params: Any, c0: int, c1: int) -> list[torch.Tensor | None]:
 # (``_replay.modules_read``), or a replay would update them twice.
 
 
+def _hooked(m: nn.Module) -> str | None:
+    """Which hooks of its own m has (Note [Hooks on a split chain]), or None."""
+    kinds = [kind for kind, hooks in (("forward", m._forward_hooks), ("forward pre", m._forward_pre_hooks),
+                                      ("backward", m._backward_hooks), ("backward pre", m._backward_pre_hooks))
+             if hooks]
+    return " and ".join(kinds) + " hooks" if kinds else None
+
+
 class _SplitConv2d(nn.Conv2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # The rest of the chain, not the chain: a chain refers to this module,
         # which must not refer back (a cycle would keep a model alive until
         # Python's cyclic collector ran, and its tensors with it).
-        chain = _Chain(self, *self.__dict__["_tp_chain"])
+        rest = self.__dict__["_tp_chain"]
+        for m in (self, *rest[:3]):
+            if m is not None and (hooks := _hooked(m)) is not None:
+                raise RuntimeError(
+                    f"tp.split_channels: the {type(m).__bases__[0].__name__} of a split chain has {hooks}, which would "
+                    "see the whole chain's output in place of its own (its output is never whole in a split chain); "
+                    "call remove() on the handle split_channels returned before hooking these modules, and split "
+                    "again without the hooks (Note [Hooks on a split chain])")
+        chain = _Chain(self, *rest)
         return chain.split(x) if chain.splits(x) else chain.unsplit(x)
 
 
@@ -358,8 +374,23 @@ def _trace_chains(model: nn.Module) -> list[tuple[str, ...]]:
     return chains
 
 
+# Note [Hooks on a split chain]
+# A split chain runs as its convolution's forward: the convolution's output
+# and the BatchNorm's and ReLU's are never whole, and their modules' forwards
+# pass their input through. Hooks of those modules would see the chain's
+# output (a 48x48 stem's hooks saw 24x24) or run once per chain rather than
+# per module; so a chain whose modules have hooks of their own is not split,
+# and a split chain whose modules were hooked since refuses to run, naming
+# them. Global module hooks (register_module_forward_hook, tensorpager's own)
+# see the modules as before.
+
+
 def _check(chain: tuple[nn.Module, ...]) -> str | None:
     """Why this chain cannot be split, or None."""
+    for m in chain:
+        if (hooks := _hooked(m)) is not None:
+            return (f"its {type(m).__name__} has {hooks}, which would see the whole chain's output in place of its "
+                    "own (Note [Hooks on a split chain])")
     conv, bn, act, *pool = chain
     if type(conv) is not nn.Conv2d or type(bn) is not nn.BatchNorm2d or type(act) is not nn.ReLU:
         return "it is not Conv2d, BatchNorm2d, ReLU[, MaxPool2d] (exactly these classes)"

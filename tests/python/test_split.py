@@ -231,3 +231,31 @@ def test_refuses_what_it_cannot_split() -> None:
         split_channels(model)
     handle.remove()
     split_channels(model).remove()  # removed, it splits again
+
+
+def test_hooks_on_a_chains_modules_are_refused_and_see_their_own_outputs_unsplit() -> None:
+    # Note [Hooks on a split chain]: before, hooks on a split stem's Conv2d,
+    # BatchNorm2d and ReLU saw the pooled output (24x24 for a 48x48 stem).
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10)
+    x = torch.randn(2, 3, 96, 96)
+    seen: dict[str, tuple[int, ...]] = {}
+
+    def record(name: str):  # noqa: ANN202
+        return lambda module, args, out: seen.__setitem__(name, tuple(out.shape))
+
+    handles = [getattr(model, n).register_forward_hook(record(n)) for n in ("conv1", "bn1", "relu")]
+    with pytest.raises(ValueError, match=r"cannot split conv1 -> bn1 -> relu -> maxpool: its Conv2d has forward hooks"):
+        split_channels(model)
+    model(x)
+    assert seen == {"conv1": (2, 64, 48, 48), "bn1": (2, 64, 48, 48), "relu": (2, 64, 48, 48)}
+    for h in handles:
+        h.remove()
+    split = split_channels(model, chunk_bytes="64KiB")
+    hook = model.bn1.register_forward_hook(record("bn1 after"))
+    with pytest.raises(RuntimeError, match=r"the BatchNorm2d of a split chain has forward hooks.*remove\(\)"):
+        model(x)
+    split.remove()
+    model(x)  # unsplit, the hook sees its module's own output
+    assert seen["bn1 after"] == (2, 64, 48, 48)
+    hook.remove()
