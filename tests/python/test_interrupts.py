@@ -112,6 +112,9 @@ def test_an_interrupt_at_any_of_200_points_leaves_the_state_plain_pytorch_has() 
 def test_sigint_from_a_timer_leaves_everything_readable_and_training_goes_on() -> None:
     proc = run_python(MODEL + """
 import os, signal, threading, time
+# Python raises KeyboardInterrupt only where SIGINT was not ignored at its
+# start, and a shell's background job (CI's, say) starts with it ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def interrupted(delay):
     m = model()
