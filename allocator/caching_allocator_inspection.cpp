@@ -32,6 +32,7 @@ void caching_allocator::throw_oom(std::size_t bytes, stream_id stream, std::size
   f.device = device_.memory();
   f.device_name = device_.name();
   f.reclaimed = reclaimed;
+  f.has_reclaimer = reclaimer_ != nullptr;
   if (reclaimer_ != nullptr) f.reclaimer_account = reclaimer_->describe();
   f.larger_than_device = larger_than_device;
   f.expandable_segments = expandable_;

@@ -23,10 +23,11 @@ std::string format_oom_message(const oom_figures& f) {
   msg += fmt::format(" (largest free block {}, fragmentation {:.1f}%). Device: {} total, {} free.",
                      format_bytes(f.largest_free_block), fragmentation, format_bytes(f.device.total_bytes),
                      format_bytes(f.device.free_bytes));
-  const bool has_runtime = !f.reclaimer_account.empty();
+  // A runtime that tracks nothing yet describes nothing, and is there.
+  const bool has_runtime = f.has_reclaimer;
   if (has_runtime || f.reclaimed > 0) {
     msg += fmt::format(" Reclaim freed {}", format_bytes(f.reclaimed));
-    msg += has_runtime ? fmt::format(" ({}).", f.reclaimer_account) : ".";
+    msg += !f.reclaimer_account.empty() ? fmt::format(" ({}).", f.reclaimer_account) : ".";
   }
   // Note [Why a reclaim fell short] in runtime/runtime.cpp: the allocator's part.
   const bool fragmented = cached >= f.requested && f.largest_free_block < f.requested;

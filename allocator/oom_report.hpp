@@ -21,6 +21,7 @@ struct oom_figures {
   memory_info device{};
   std::string device_name;
   std::size_t reclaimed = 0;           // bytes the reclaimer freed this time
+  bool has_reclaimer = false;          // a reclaimer (the budget runtime) is registered
   std::string reclaimer_account;       // reclaimer::describe(), may be empty
   bool larger_than_device = false;
   bool expandable_segments = false;    // Note [Expandable segments] in caching_allocator.hpp

@@ -57,8 +57,8 @@ Note [The exit line]
 Note [The out-of-memory hint in a managed process]
   The allocator's out-of-memory message (``allocator/oom_report.cpp``) ends
   with a hint for a budget set alone: raise it, or "wrap the training loop in
-  ``with tensorpager.budget(...)``" when the runtime tracks nothing at that
-  moment. In a managed process that block raises ManagedProcessError, and
+  ``with tensorpager.budget(...)``" when no budget runtime is there (a
+  managed session registers its runtime at its first saved tensor). In a managed process that block raises ManagedProcessError, and
   what works is the configuration: a larger budget, ``manage:all`` under
   ``manage:activations``, or the ``tp.split_*`` helpers for the operators no
   eviction can lower. The message is made in C++, which does not know the

@@ -153,6 +153,29 @@ TEST_F(Budget, OutOfMemoryAfterReclaimCarriesBreakdown) {
   a.set_reclaimer(nullptr);
 }
 
+// Before, a runtime that tracked nothing yet (describe() empty) was taken for
+// no runtime, and the hint told a user inside a budget block to enter one.
+TEST_F(Budget, OutOfMemoryUnderARuntimeThatTracksNothingDoesNotHintAtEnteringOne) {
+  class tracks_nothing final : public reclaimer {
+   public:
+    std::size_t reclaim(std::size_t, stream_id) override { return 0; }
+  } rec;
+  caching_allocator a(rig_.dev, {.budget = 8 * MiB});
+  a.set_reclaimer(&rec);
+  void* p = a.allocate(6 * MiB);
+  try {
+    a.allocate(4 * MiB);
+    FAIL() << "expected out_of_memory";
+  } catch (const out_of_memory& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("Reclaim freed 0 B."), std::string::npos) << m;
+    EXPECT_NE(m.find("Hint: raise the budget (key 'budget') or reduce the batch size."), std::string::npos) << m;
+    EXPECT_EQ(m.find("tensorpager.budget(...)"), std::string::npos) << m;
+  }
+  a.deallocate(p);
+  a.set_reclaimer(nullptr);
+}
+
 TEST_F(Budget, CanBeRaisedAndLoweredAtRunTime) {
   caching_allocator a(rig_.dev);
   EXPECT_EQ(a.budget(), std::nullopt);
