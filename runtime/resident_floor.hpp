@@ -43,31 +43,44 @@ class resident_floor {
               std::size_t evictable_after) noexcept {
     const std::size_t spare = sampled_ ? std::min(evictable_before, last_evictable_) : evictable_before;
     sampled_ = true;
+    if (start_ == unknown) start_ = now;
     current_ = std::max({current_, less(high_water, spare), less(now, evictable_after)});
     last_evictable_ = evictable_after;
   }
   /// A step boundary: the step's peak becomes last_step().
   void end_step() noexcept {
     last_ = current_;
-    lowest_ = std::min(lowest_, current_);
+    if (start_ != unknown) lowest_beyond_start_ = std::min(lowest_beyond_start_, less(current_, start_));
     current_ = 0;
+    start_ = unknown;
   }
   /// The peak of the last completed step and of the one in progress, the
   /// larger (at a boundary, before end_step(): the step just finished).
   std::size_t peak() const noexcept { return std::max(last_, current_); }
-  /// The smallest floor of the completed steps and the one in progress. The
-  /// same program needs the same floor at every step, but a step's sample
-  /// can come out above what it needs (an MLP's second step sampled
-  /// 65.6 MiB and trained under 64.6 MiB): the smallest refuses fewer
-  /// budgets that work (Note [Budget floor] in hooks/runtime/budget_floor.cpp).
-  std::size_t lowest() const noexcept { return std::min(lowest_, current_); }
+  /// The floor of the step in progress (at a boundary, before end_step():
+  /// the step just finished), as the smallest of the steps so far: what it
+  /// held at its first event plus the least any step needed beyond what it
+  /// held at its own first event. The same program needs the same memory
+  /// beyond what a step begins with, but a step's sample can come out above
+  /// it (an MLP's second step sampled 65.6 MiB and trained under 64.6 MiB),
+  /// so the smallest refuses fewer budgets that work; and a step may begin
+  /// holding more than an earlier one (the gradients and the momentum that a
+  /// zero_grad() just before backward() keeps through the next forward, once
+  /// they exist), so each is counted from its own start (Note [Budget floor]
+  /// in hooks/runtime/budget_floor.cpp).
+  std::size_t lowest() const noexcept {
+    if (start_ == unknown) return current_;
+    return start_ + std::min(lowest_beyond_start_, less(current_, start_));
+  }
 
  private:
   static std::size_t less(std::size_t a, std::size_t b) noexcept { return a > b ? a - b : 0; }
 
   std::size_t current_ = 0;
   std::size_t last_ = 0;
-  std::size_t lowest_ = SIZE_MAX;  // of the completed steps
+  static constexpr std::size_t unknown = SIZE_MAX;
+  std::size_t start_ = unknown;                 // allocated at the step's first sample
+  std::size_t lowest_beyond_start_ = SIZE_MAX;  // of the completed steps
   std::size_t last_evictable_ = 0;
   bool sampled_ = false;
 };

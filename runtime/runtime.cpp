@@ -79,11 +79,32 @@ tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, str
   make_candidate(ref);
   // ref is the output of the operator that ran since the previous event.
   const auto marks = alloc_.take_allocated_high_water();
-  floor_.sample(marks.high_water, marks.now, candidates_.bytes() - (ref.in_candidates ? ref.bytes : 0),
-                candidates_.bytes());
+  const std::size_t spare = floor_spare_locked();
+  floor_.sample(marks.high_water, marks.now, spare - spare_part_locked(ref), spare);
   poll_locked();
   if (recorded) after_event_locked(false);
   return ref.id;
+}
+
+// Note [Resident floor]: a candidate the program still holds (the input batch
+// through the whole forward) frees nothing when evicted, so it is not spare.
+// Telling which are held takes a scan of the candidates, O(n) an event, so it
+// is done only while no budget is set: in the steps a ratio is measured on,
+// which are the steps whose floor refuses a budget (Note [Budget floor] in
+// hooks/runtime/budget_floor.cpp). Under a budget the floor counts them all.
+std::size_t memory_runtime::floor_spare_locked() const {
+  if (alloc_.budget()) return candidates_.bytes();
+  std::size_t spare = 0;
+  for (std::size_t i = 0; i < candidates_.size(); ++i) {
+    const managed_tensor& t = candidates_.at(i);
+    if (t.binding->can_release()) spare += t.bytes;
+  }
+  return spare;
+}
+
+std::size_t memory_runtime::spare_part_locked(const managed_tensor& t) const {
+  if (!t.in_candidates) return 0;
+  return alloc_.budget() || t.binding->can_release() ? t.bytes : 0;
 }
 
 void memory_runtime::make_candidate(managed_tensor& t) {

@@ -272,6 +272,10 @@ class memory_runtime final : public reclaimer {
   // Whether the calling thread is inside a recompute() (Note [Replays run
   // beside other threads]).
   bool replaying_locked() const;
+  // Note [Resident floor]: the candidates' bytes that eviction would free,
+  // and t's part of them.
+  std::size_t floor_spare_locked() const;
+  std::size_t spare_part_locked(const managed_tensor& t) const;
   void make_candidate(managed_tensor& t);
   void remove_in_flight(managed_tensor& t);
   void remove_settling(managed_tensor& t);

@@ -12,9 +12,12 @@
 // figures and the smallest ratio that could work. Where the ratio is
 // measured over several iterations (Note [A ratio is a share of a steady
 // iteration] in budget_api.hpp), the floor is the smallest of theirs: a
-// sample can come out above what a step needs (resident_floor::lowest). Both are lower bounds:
-// a budget above them can still fail later (fragmentation, an operator's own
-// outputs), and then the allocator's out-of-memory message says why.
+// sample can come out above what a step needs (resident_floor::lowest), each
+// step counted from what it held at its start: a first iteration without
+// the optimizer's state holds less than the steady one. Both are lower
+// bounds: a budget above them can still fail later (free pieces of granules
+// between what stays, which grow as the budget moves tensors; an operator's
+// own outputs), and then the allocator's out-of-memory message says why.
 
 #include "hooks/runtime/budget_floor.hpp"
 

@@ -62,17 +62,33 @@ TEST(ResidentFloor, AStepBoundaryKeepsTheLastStepsPeakUntilTheNextExceedsIt) {
   EXPECT_EQ(f.peak(), 70u);
 }
 
-TEST(ResidentFloor, TheLowestIsTheSmallestOfTheStepsSoFarTheOneInProgressIncluded) {
+TEST(ResidentFloor, TheLowestCountsEachStepFromWhatItHeldAtItsFirstEvent) {
   resident_floor f;
-  f.sample(100, 100, 0, 0);
-  EXPECT_EQ(f.lowest(), 100u);  // the first step, in progress
+  f.sample(40, 40, 0, 0);  // the first step begins holding 40
+  f.sample(100, 60, 0, 0);
+  EXPECT_EQ(f.lowest(), 100u);  // the first step, in progress: 40 + 60
   f.end_step();
-  f.sample(130, 130, 0, 0);  // a sample above what the step needs
+  f.sample(40, 40, 0, 0);
+  f.sample(130, 60, 0, 0);  // a sample above what the step needs: 40 + 90
   EXPECT_EQ(f.lowest(), 100u);
   EXPECT_EQ(f.peak(), 130u);
   f.end_step();
-  f.sample(90, 90, 0, 0);
-  EXPECT_EQ(f.lowest(), 90u);
+  f.sample(40, 40, 0, 0);
+  f.sample(90, 60, 0, 0);
+  EXPECT_EQ(f.lowest(), 90u);  // 40 + 50, the least beyond a start so far
+}
+
+TEST(ResidentFloor, AStepThatBeginsHoldingMoreNeedsItsStartMore) {
+  // zero_grad() just before backward(): from the second iteration on, the
+  // gradients and the momentum live through the forward. The first
+  // iteration's smaller floor says nothing of the second's.
+  resident_floor f;
+  f.sample(48, 48, 0, 0);   // weights and the batch
+  f.sample(88, 70, 0, 0);   // its backward's peak: 48 + 40
+  f.end_step();
+  f.sample(134, 134, 0, 0);  // weights, gradients, momentum and the batch
+  f.sample(163, 150, 0, 0);  // the stem's convolution: 134 + 29
+  EXPECT_EQ(f.lowest(), 163u);  // not the first iteration's 88
 }
 
 TEST(ResidentFloor, RuntimeCountsWhatIsNotEvictableAndWhatIsInUse) {
@@ -97,6 +113,26 @@ TEST(ResidentFloor, RuntimeCountsWhatIsNotEvictableAndWhatIsInUse) {
   rt.untrack(tx);
   rt.untrack(ty);
   rig.alloc.deallocate(weights);
+}
+
+TEST(ResidentFloor, ATensorTheProgramHoldsIsNotSpareWhileNoBudgetIsSet) {
+  // The input batch: saved by the first operator, held by the program all
+  // through the forward. Evicting it would free nothing.
+  runtime_rig rig({.expandable = true});
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, {});
+  fake_binding batch(rig, 4 * MiB, 1);
+  batch.shared = true;
+  const tensor_id tb = rt.track(batch, batch.bytes(), rig.compute, 0);
+  fake_binding out(rig, 8 * MiB, 2);  // the first operator's output, saved by the next
+  const tensor_id to = rt.track(out, out.bytes(), rig.compute, 0);
+  EXPECT_GE(rt.floor_bytes(), 12 * MiB);  // both were in memory at the second event; neither could go
+  batch.shared = false;  // the program let go of it
+  fake_binding next(rig, 8 * MiB, 3);
+  const tensor_id tn = rt.track(next, next.bytes(), rig.compute, 0);
+  EXPECT_LT(rt.floor_bytes(), 20 * MiB);  // the batch was spare at this event
+  rt.untrack(tn);
+  rt.untrack(to);
+  rt.untrack(tb);
 }
 
 }  // namespace
