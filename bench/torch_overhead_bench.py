@@ -26,7 +26,7 @@ def main() -> None:
 
     torch.set_num_threads(1)  # one thread: the figures are per operation, not per machine load
     tp.install(device="cpu")
-    ext = tp._load_ext()
+    ext = tp._ext.load()
 
     def empty_pairs(n: int) -> float:
         t0 = time.thread_time_ns()

@@ -29,7 +29,6 @@ from tensorpager._install import (
     get_budget,
     install,
     is_installed,
-    load_ext as _load_ext,
     memory_summary,
     reset_peak_stats,
     set_budget,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from tensorpager import _budget_value, _conf, _keys, _sizes
+from tensorpager import _budget_value, _conf, _ext, _keys, _sizes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -19,12 +19,6 @@ if TYPE_CHECKING:
 
 # How the installed configuration chose its device; reported by config().
 _device_source: str | None = None
-
-
-def load_ext():  # noqa: ANN202
-    from tensorpager import _ext as ext
-
-    return ext.load()
 
 
 def install(conf: str | None = None, **options: Any) -> None:
@@ -61,7 +55,7 @@ def install(conf: str | None = None, **options: Any) -> None:
     """
     global _device_source
     text = _conf.merge_options(os.environ.get(_keys.ENV_CONF, "") if conf is None else conf, options)
-    ext = load_ext()
+    ext = _ext.load()
     source = "configuration"
     device = _conf.parse_to_dict(text).get("device")
     if device is not None and device.strip().lower() == "cuda":
@@ -133,7 +127,7 @@ def uninstall() -> None:
             allocators while tensors live.
     """
     global _device_source
-    load_ext().uninstall()
+    _ext.load().uninstall()
     _device_source = None
     if "tensorpager.compress" in sys.modules:
         sys.modules["tensorpager.compress"].disable()  # what the compress key enabled
@@ -141,7 +135,7 @@ def uninstall() -> None:
 
 def is_installed() -> bool:
     """True when tensorpager serves this process's allocations."""
-    return bool(load_ext().is_installed())
+    return bool(_ext.load().is_installed())
 
 
 def config() -> dict[str, str]:
@@ -153,7 +147,7 @@ def config() -> dict[str, str]:
         ``"default"``, or ``"auto: ..."`` (no CUDA device was counted, so the CPU
         adapter was chosen). An empty dict when tensorpager is not installed.
     """
-    ext = load_ext()
+    ext = _ext.load()
     if not ext.is_installed():
         return {}
     values = dict(_keys.DEFAULTS)
@@ -171,7 +165,7 @@ def stats() -> dict[str, int]:
     ``bytes_saved``, ``live_bytes``, per method ``<m>.tensors`` ...; zero
     until something is compressed).
     """
-    ext = load_ext()
+    ext = _ext.load()
     out = {str(k): int(v) for k, v in ext.stats().items()}
     compress = sys.modules.get("tensorpager.compress")
     if compress is not None:  # loaded: its stats() adds the Python-side skip counts
@@ -183,7 +177,7 @@ def stats() -> dict[str, int]:
 
 def memory_summary() -> str:
     """A human-readable table of the allocator's state, like ``torch.cuda.memory_summary()``."""
-    return str(load_ext().memory_summary())
+    return str(_ext.load().memory_summary())
 
 
 def _budget_bytes(value: int | float | str | None) -> int | None:
@@ -225,23 +219,23 @@ def set_budget(value: int | float | str | None) -> None:
             ``manage:activations`` measure a step), or the C++ side refuses it.
         TypeError: value has another type.
     """
-    load_ext().set_budget(_budget_bytes(value))
+    _ext.load().set_budget(_budget_bytes(value))
 
 
 def get_budget() -> int | None:
     """The current budget in bytes, or None when there is none."""
-    budget = load_ext().budget()
+    budget = _ext.load().budget()
     return None if budget is None else int(budget)
 
 
 def empty_cache() -> None:
     """Returns cached, unused memory to the device (as ``torch.cuda.empty_cache()``)."""
-    load_ext().empty_cache()
+    _ext.load().empty_cache()
 
 
 def reset_peak_stats() -> None:
     """Resets the ``*.peak`` statistics to their current values."""
-    load_ext().reset_peak_stats()
+    _ext.load().reset_peak_stats()
 
 
 def snapshot() -> list[dict[str, Any]]:
@@ -250,12 +244,12 @@ def snapshot() -> list[dict[str, Any]]:
     The fields follow the segments of ``torch.cuda.memory._snapshot()``; the
     C++ side (``hooks/python_module.cpp``) defines them.
     """
-    return list(load_ext().snapshot())
+    return list(_ext.load().snapshot())
 
 
 def device_kind() -> str:
     """``"cuda"`` or ``"cpu"``: which adapter the installed allocator uses."""
-    return str(load_ext().device_kind())
+    return str(_ext.load().device_kind())
 
 
 def _compress_if_configured(ext: Any) -> None:

@@ -109,10 +109,7 @@ def _give_back_when_a_backward_raises() -> None:
 
 
 def _give_back_after(error: BaseException) -> None:
-    from tensorpager import _runtime
-
-    b = _runtime.active()
-    lender = None if b is None or b._tracker is None else b._tracker.lender
+    lender = _open_lender()
     if lender is None or not (lender.lent or lender.in_backward):
         return
     try:
@@ -162,6 +159,7 @@ class Lender:
 
         self.optimizer_hook = optim.register_optimizer_step_post_hook(self._stepped)
         _give_back_when_a_backward_raises()
+        _open.add(self)
 
     # --- the saved-tensor hooks' side ----------------------------------------------------
     def saved(self, handle: Any, t: Any) -> SavedParameter:
@@ -331,6 +329,7 @@ class Lender:
         try:
             self.give_back_all()
         finally:
+            _open.discard(self)
             self.optimizer_hook.remove()
             for h in self.hooks.values():
                 h.remove()
@@ -339,8 +338,15 @@ class Lender:
 
 def lent_while(t: Any) -> contextlib.AbstractContextManager[None]:
     """Lender.lent_while(t) of the active budget, if it lends; else nothing."""
-    from tensorpager import _runtime
-
-    b = _runtime.active()
-    lender = None if b is None or b._tracker is None else b._tracker.lender
+    lender = _open_lender()
     return contextlib.nullcontext() if lender is None else lender.lent_while(t)
+
+
+# The lender of the budget block that is open, if it lends (a process has at
+# most one block at a time): what the wrapped engine entry and lent_while()
+# reach, without asking the runtime for its active block.
+_open: weakref.WeakSet[Lender] = weakref.WeakSet()
+
+
+def _open_lender() -> Lender | None:
+    return next(iter(_open), None)

@@ -107,7 +107,7 @@ import functools
 import os
 import sys
 
-from tensorpager import _conf, _keys, _runtime, _sizes
+from tensorpager import _conf, _ext, _keys, _runtime, _sizes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -237,9 +237,7 @@ def _finish(timeline: str, manage: str = MANAGE_ACTIVATIONS) -> None:
     block, _process = _process, None
     if block is None:
         return
-    from tensorpager import _install
-
-    ext = _install.load_ext()
+    ext = _ext.load()
     budget = ext.budget()
     stats = ext.stats()
     peak = int(stats.get("reserved_bytes.all.peak", 0))
@@ -288,7 +286,7 @@ def _report_peak() -> None:
             return  # a DataLoader worker: its parent's peak is the one that matters
     except ImportError:
         pass
-    stats = _install.load_ext().stats()
+    stats = _ext.load().stats()
     peak = int(stats.get("reserved_bytes.all.peak", 0))
     if peak > 0:
         sys.stderr.write(peak_line(peak, int(stats.get("tensorpager.num_device_syncs", 0))) + "\n")

@@ -43,7 +43,7 @@ trains instead (Note [The managed thread] in ``_managed.py``).
 
 from __future__ import annotations
 
-from tensorpager import _budget_value, _install, _tracker
+from tensorpager import _budget_value, _ext, _install, _tracker
 from tensorpager import timeline as _timeline
 
 TYPE_CHECKING = False
@@ -144,7 +144,7 @@ class budget:
             raise _active._nested_error()
         if not _install.is_installed():
             _install.install()
-        ext = _install.load_ext()
+        ext = _ext.load()
         if self._device_share is not None:
             self.bytes = _budget_value.ratio_bytes(self._device_share, _install._device_total_bytes(),
                                                    "tensorpager.budget", "the device's memory")
@@ -163,6 +163,8 @@ class budget:
             self._hooks.__enter__()
         except BaseException:
             self._remove_hooks()
+            if self._tracker is not None and self._tracker.lender is not None:
+                self._tracker.lender.close()  # its optimizer hook, and _lend's open lender
             ext.budget_end(self._previous)
             raise
         _active = self
@@ -176,7 +178,7 @@ class budget:
         # ending it never replaces the block's own exception.
         self._remove_hooks()
         _active = None
-        ext = _install.load_ext()
+        ext = _ext.load()
         tracker = self._tracker
         lend_error: Exception | None = None
         if tracker is not None and tracker.lender is not None:

@@ -44,7 +44,7 @@ import os
 import threading
 import weakref
 
-from tensorpager import _install
+from tensorpager import _ext
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -247,7 +247,7 @@ def start_timeline(max_events: int | None = None, *, track_phases: bool = True) 
     Raises:
         RuntimeError: tensorpager is not installed.
     """
-    ext = _install.load_ext()
+    ext = _ext.load()
     ext.timeline_start(int(max_events or 0))
     if track_phases:
         track_phases_for(ext)
@@ -256,7 +256,7 @@ def start_timeline(max_events: int | None = None, *, track_phases: bool = True) 
 def stop_timeline() -> None:
     """Stops recording (and phase tracking); what was recorded stays dumpable."""
     stop_tracking()
-    _install.load_ext().timeline_stop()
+    _ext.load().timeline_stop()
 
 
 def dump_timeline(path: str | os.PathLike[str], top: int = 20) -> None:
@@ -270,20 +270,20 @@ def dump_timeline(path: str | os.PathLike[str], top: int = 20) -> None:
         ValueError: another extension.
         RuntimeError: nothing was recorded, or the file cannot be written.
     """
-    _install.load_ext().timeline_dump(os.fspath(path), int(top))
+    _ext.load().timeline_dump(os.fspath(path), int(top))
 
 
 def dump_snapshot(path: str | os.PathLike[str]) -> None:
     """Writes the recording as a memory_viz snapshot pickle, whatever the file's name."""
-    _install.load_ext().timeline_dump(os.fspath(path), 20, "pickle")
+    _ext.load().timeline_dump(os.fspath(path), 20, "pickle")
 
 
 def report(top: int = 20) -> str:
     """The text report of the current (or last) recording: totals and the largest blocks at the peak."""
-    return str(_install.load_ext().timeline_report(int(top)))
+    return str(_ext.load().timeline_report(int(top)))
 
 
 def mark_step() -> None:
     """Records a step boundary. Phase tracking does this after each optimizer step already."""
-    ext = _install.load_ext()
+    ext = _ext.load()
     ext.timeline_step(_next_step())

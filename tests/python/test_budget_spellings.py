@@ -112,7 +112,7 @@ def install(value, manage):
 
 def cell(door, value):
     if door == "tp-sim":
-        status, out, err = tp._load_ext().sim_main([TRACE, "--budget", value])
+        status, out, err = tp._ext.load().sim_main([TRACE, "--budget", value])
         if status != 0:
             return {"error": err.splitlines()[0]}
         line = next(l for l in out.splitlines() if l.startswith("budget:"))

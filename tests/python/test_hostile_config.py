@@ -179,7 +179,7 @@ for kind, arg in rows:
         got = attempt(train)
         tp.uninstall()
     elif kind == "sim":
-        status, _out, err = tp._load_ext().sim_main(["missing.trace", "--budget", arg])
+        status, _out, err = tp._ext.load().sim_main(["missing.trace", "--budget", arg])
         got = f"status {status}: {err}"
     out.append(got)
 print(json.dumps(out))

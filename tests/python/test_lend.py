@@ -319,7 +319,7 @@ print(json.dumps({"events": events, "recomputes": tp.stats()["tensorpager.runtim
 @requires_ext
 def test_a_lent_storage_is_swapped_bit_identical_and_unreadable_while_away() -> None:
     r = _child("""
-ext = tp._install.load_ext()
+ext = tp._ext.load()
 with tp.budget("20MiB", policy="lru"):
     p = torch.randn(1 << 20)  # 4 MiB, the program's
     want = p.clone()

@@ -29,7 +29,7 @@ import tensorpager as tp
 out_dir = sys.argv[1] if len(sys.argv) > 1 else {out_dir!r}
 tp.install(device="cpu", budget="512MiB")
 tp.start_timeline()
-C = tp._load_ext()
+C = tp._ext.load()
 stats_at = []
 
 def mark(k):
@@ -340,7 +340,7 @@ def test_timeline_events_key_caps_the_recording_and_later_logs(tmp_path: Path) -
     path = tmp_path / "capped.json"
     proc = run_python("""
         import torch, tensorpager as tp
-        C = tp._load_ext()
+        C = tp._ext.load()
         print("cap:", C.timeline_info()["max_events"])
         for _ in range(100):
             t = torch.empty(4096)

@@ -185,7 +185,7 @@ def test_users_own_saved_tensor_hooks_and_checkpoint_win_inside() -> None:
 import tensorpager as tp
 from torch.utils.checkpoint import checkpoint
 reference = grads()
-ext = tp._load_ext()
+ext = tp._ext.load()
 tracked = lambda: ext.runtime_stats()["tensorpager.runtime.tracked"]
 def tracked_by_forward():
     before = tracked()

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""Fails when an import in the Python package points up its layers or closes a circle.
+
+The Python side of scripts/check_layers.py (issue 31). python/tensorpager is
+layered, bottom up:
+
+- boot: configuration text and PyTorch's keys; no torch, no extension. The
+  start-up hook (_startup, imported at interpreter start by tensorpager.pth)
+  must load nothing else before torch is imported.
+- extension: _ext, the one door to the C++ extension tensorpager._C.
+- allocator: the allocator's face (install, statistics, budgets on the
+  allocator, timelines, operator traces, the simulator's front end).
+- runtime: the torch-side budget runtime (block, managed process, tracker,
+  lender, segment reruns).
+- techniques: what a program opts into by name (compression, AdamA,
+  micro-batching, split operators); the runtime does not know them.
+- entry: the package's face (__init__, __main__) and the import hook that
+  installs when torch is imported; they may reach every layer.
+
+An import counts wherever it is written (at module level or inside a
+function, since a lazy import is still a dependency), except under
+``if TYPE_CHECKING:``. Checked: no import points to a higher layer; no circle
+(an import within a layer that leads back to its importer); only _ext
+imports tensorpager._C; what the start-up hook imports when the interpreter
+starts (with the package's __init__, which Python runs first) is boot only.
+
+KNOWN lists the violations of today's package, each with what removes it
+(issue 31 item 1); an entry that no longer occurs is an error too, so the
+list only shrinks.
+
+Usage: python3 scripts/check_py_layers.py [ROOT]    (exit 1 on a violation)
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+PACKAGE = "tensorpager"
+LAYERS: dict[str, list[str]] = {  # bottom up
+    "boot": ["_keys", "_conf", "_torch_alloc_conf", "_sizes"],
+    "extension": ["_ext"],
+    "allocator": ["_budget_value", "_install", "_graphs", "timeline", "trace", "viz", "sim"],
+    "runtime": ["_steps", "_replay", "_lend", "_tracker", "_runtime", "_managed"],
+    "techniques": ["compress", "optim", "microbatch", "split", "split_loss"],
+    "entry": ["__init__", "__main__", "_startup", "_import_hook"],
+}
+START_UP = "_startup"
+
+# Today's violations, each with what removes it (issue 31 item 1). Nothing
+# else may point up, close a circle or load at start.
+KNOWN: dict[tuple[str, str], str] = {  # (importer, imported) that points up
+    ("_install", "_managed"): "the manage key applied by the entry layer, which installs",
+    ("_install", "compress"): "the compress key applied by the entry layer, which installs",
+}
+KNOWN_CIRCLES: dict[frozenset[str], str] = {
+}
+# The package's __init__ imports these at module level, so the start-up hook
+# loads them at interpreter start; an __init__ that forwards names lazily
+# (PEP 562) removes them.
+KNOWN_AT_START_UP: set[str] = {
+    "_budget_value", "_ext", "_install", "_lend", "_managed", "_replay", "_runtime", "_steps", "_tracker", "timeline",
+}
+
+
+def rank() -> dict[str, int]:
+    return {m: i for i, mods in enumerate(LAYERS.values()) for m in mods}
+
+
+def layer_name(module: str) -> str:
+    return next(name for name, mods in LAYERS.items() if module in mods)
+
+
+class Imports(ast.NodeVisitor):
+    """The package modules a file imports: (module, line, at_module_level)."""
+
+    def __init__(self) -> None:
+        self.found: list[tuple[str, int, bool]] = []
+        self.depth = 0
+
+    def visit_If(self, node: ast.If) -> None:
+        test = node.test
+        if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING":
+            for child in node.orelse:
+                self.visit(child)
+            return
+        self.generic_visit(node)
+
+    def _nested(self, node: ast.AST) -> None:
+        self.depth += 1
+        self.generic_visit(node)
+        self.depth -= 1
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _nested
+
+    def _add(self, name: str, line: int) -> None:
+        self.found.append((name, line, self.depth == 0))
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            parts = alias.name.split(".")
+            if parts[0] == PACKAGE and len(parts) > 1:
+                self._add(parts[1], node.lineno)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        if node.level > 0:  # relative: from . import x / from .x import y
+            parts = [p for p in module.split(".") if p]
+            names = [parts[0]] if parts else [a.name for a in node.names]
+        elif module == PACKAGE:
+            names = [a.name for a in node.names]
+        elif module.startswith(PACKAGE + "."):
+            names = [module.split(".")[1]]
+        else:
+            return
+        for name in names:
+            self._add(name, node.lineno)
+
+
+def imports_of(package_dir: Path) -> dict[str, list[tuple[str, int, bool]]]:
+    result = {}
+    for path in sorted(package_dir.glob("*.py")):
+        v = Imports()
+        v.visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+        result[path.stem] = v.found
+    return result
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Each circle once, as the path that closes it (Tarjan's strongly connected components)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def check(root: Path) -> list[str]:
+    package_dir = root / "python" / PACKAGE
+    found = imports_of(package_dir)
+    ranks = rank()
+    problems: list[str] = []
+    unlisted = sorted(set(found) - set(ranks))
+    if unlisted:
+        problems.append(f"modules in no layer (add them to LAYERS): {', '.join(unlisted)}")
+    edges: dict[str, set[str]] = {}
+    seen_known: set[tuple[str, str]] = set()
+    for module, imports in found.items():
+        for target, line, _ in imports:
+            if target == "_C" and module != "_ext":
+                problems.append(f"{module}.py:{line}: imports tensorpager._C; only _ext.py does (_ext.load())")
+                continue
+            if target not in ranks or module not in ranks or target == module:
+                continue
+            edges.setdefault(module, set()).add(target)
+            if ranks[target] > ranks[module]:
+                if (module, target) in KNOWN:
+                    seen_known.add((module, target))
+                    continue
+                problems.append(f"{module}.py:{line}: imports {target} ({layer_name(target)}), above its layer"
+                                f" ({layer_name(module)})")
+    for edge in sorted(set(KNOWN) - seen_known):
+        problems.append(f"KNOWN lists {edge[0]} -> {edge[1]}, which no longer points up: remove it from KNOWN")
+    down_or_level = {m: {t for t in ts if ranks[t] <= ranks[m]} for m, ts in edges.items()}
+    found_circles = {frozenset(c) for c in circles(down_or_level)}
+    for circle in sorted(found_circles - set(KNOWN_CIRCLES), key=sorted):
+        problems.append(f"import circle: {' <-> '.join(sorted(circle))}")
+    for circle in sorted(set(KNOWN_CIRCLES) - found_circles, key=sorted):
+        problems.append(f"KNOWN_CIRCLES lists {' <-> '.join(sorted(circle))}, which is gone: remove it")
+    # What the start-up hook loads at interpreter start: the package's __init__
+    # first, then _startup, each with what they import at module level.
+    at_start, todo = set(), ["__init__", START_UP]
+    while todo:
+        m = todo.pop()
+        if m in at_start or m not in found:
+            continue
+        at_start.add(m)
+        todo += [t for t, _, top in found[m] if top]
+    beyond = {m for m in at_start if m in ranks and layer_name(m) not in ("boot", "entry")}
+    for m in sorted(beyond - KNOWN_AT_START_UP):
+        problems.append(f"the start-up hook loads {m} ({layer_name(m)}) at interpreter start; only boot modules may be")
+    for m in sorted(KNOWN_AT_START_UP - beyond):
+        problems.append(f"KNOWN_AT_START_UP lists {m}, which is no longer loaded at start: remove it")
+    return problems
+
+
+def main() -> int:
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent)
+    problems = check(root)
+    for p in problems:
+        print(p)
+    known = len(KNOWN) + len(KNOWN_CIRCLES) + len(KNOWN_AT_START_UP)
+    print(f"check_py_layers: {len(problems)} problem(s)" if problems
+          else f"check_py_layers: no import points up, closes a circle or loads at start beyond the {known}"
+               " known ones (KNOWN, KNOWN_CIRCLES, KNOWN_AT_START_UP)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
