@@ -24,7 +24,7 @@ function, since a lazy import is still a dependency), except under
 imports tensorpager._C; what the start-up hook imports when the interpreter
 starts (with the package's __init__, which Python runs first) is boot only.
 
-KNOWN lists the violations of today's package, each with what removes it
+KNOWN lists the imports that still point up, each with what removes it
 (issue 31 item 1); an entry that no longer occurs is an error too, so the
 list only shrinks.
 
@@ -48,19 +48,11 @@ LAYERS: dict[str, list[str]] = {  # bottom up
 }
 START_UP = "_startup"
 
-# Today's violations, each with what removes it (issue 31 item 1). Nothing
-# else may point up, close a circle or load at start.
+# The imports that still point up, each with what removes it (issue 31 item
+# 1). Nothing else may point up.
 KNOWN: dict[tuple[str, str], str] = {  # (importer, imported) that points up
     ("_install", "_managed"): "the manage key applied by the entry layer, which installs",
     ("_install", "compress"): "the compress key applied by the entry layer, which installs",
-}
-KNOWN_CIRCLES: dict[frozenset[str], str] = {
-}
-# The package's __init__ imports these at module level, so the start-up hook
-# loads them at interpreter start; an __init__ that forwards names lazily
-# (PEP 562) removes them.
-KNOWN_AT_START_UP: set[str] = {
-    "_budget_value", "_ext", "_install", "_lend", "_managed", "_replay", "_runtime", "_steps", "_tracker", "timeline",
 }
 
 
@@ -189,11 +181,8 @@ def check(root: Path) -> list[str]:
     for edge in sorted(set(KNOWN) - seen_known):
         problems.append(f"KNOWN lists {edge[0]} -> {edge[1]}, which no longer points up: remove it from KNOWN")
     down_or_level = {m: {t for t in ts if ranks[t] <= ranks[m]} for m, ts in edges.items()}
-    found_circles = {frozenset(c) for c in circles(down_or_level)}
-    for circle in sorted(found_circles - set(KNOWN_CIRCLES), key=sorted):
-        problems.append(f"import circle: {' <-> '.join(sorted(circle))}")
-    for circle in sorted(set(KNOWN_CIRCLES) - found_circles, key=sorted):
-        problems.append(f"KNOWN_CIRCLES lists {' <-> '.join(sorted(circle))}, which is gone: remove it")
+    for circle in circles(down_or_level):
+        problems.append(f"import circle: {' <-> '.join(circle)}")
     # What the start-up hook loads at interpreter start: the package's __init__
     # first, then _startup, each with what they import at module level.
     at_start, todo = set(), ["__init__", START_UP]
@@ -204,10 +193,8 @@ def check(root: Path) -> list[str]:
         at_start.add(m)
         todo += [t for t, _, top in found[m] if top]
     beyond = {m for m in at_start if m in ranks and layer_name(m) not in ("boot", "entry")}
-    for m in sorted(beyond - KNOWN_AT_START_UP):
+    for m in sorted(beyond):
         problems.append(f"the start-up hook loads {m} ({layer_name(m)}) at interpreter start; only boot modules may be")
-    for m in sorted(KNOWN_AT_START_UP - beyond):
-        problems.append(f"KNOWN_AT_START_UP lists {m}, which is no longer loaded at start: remove it")
     return problems
 
 
@@ -216,10 +203,9 @@ def main() -> int:
     problems = check(root)
     for p in problems:
         print(p)
-    known = len(KNOWN) + len(KNOWN_CIRCLES) + len(KNOWN_AT_START_UP)
     print(f"check_py_layers: {len(problems)} problem(s)" if problems
-          else f"check_py_layers: no import points up, closes a circle or loads at start beyond the {known}"
-               " known ones (KNOWN, KNOWN_CIRCLES, KNOWN_AT_START_UP)")
+          else "check_py_layers: no import circle, the start-up hook loads boot only, and no import points up"
+               f" but the {len(KNOWN)} in KNOWN")
     return 1 if problems else 0
 
 

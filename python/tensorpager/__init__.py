@@ -22,23 +22,27 @@ from __future__ import annotations
 import os
 
 from tensorpager import _keys, _sizes
-from tensorpager._install import (
-    config,
-    device_kind,
-    empty_cache,
-    get_budget,
-    install,
-    is_installed,
-    memory_summary,
-    reset_peak_stats,
-    set_budget,
-    snapshot,
-    stats,
-    uninstall,
-)
-from tensorpager._managed import ManagedProcessError
-from tensorpager._runtime import budget, step
-from tensorpager.timeline import dump_snapshot, dump_timeline, mark_step, report, start_timeline, stop_timeline
+
+# Note [A lazy package]
+# Every interpreter imports this package at start (the start-up hook,
+# tensorpager.pth), so it loads only the boot layer (configuration text and
+# sizes; scripts/check_py_layers.py checks it). The names below come from the
+# layers above on first use (PEP 562), as does every submodule by name
+# (tp._ext, tp.timeline): the module that defines a name is loaded then,
+# once, and the name is kept here.
+_FORWARDED: dict[str, str] = {
+    **dict.fromkeys(
+        ("config", "device_kind", "empty_cache", "get_budget", "install", "is_installed", "memory_summary",
+         "reset_peak_stats", "set_budget", "snapshot", "stats", "uninstall"),
+        "_install",
+    ),
+    "ManagedProcessError": "_managed",
+    "budget": "_runtime",
+    "step": "_runtime",
+    **dict.fromkeys(
+        ("dump_snapshot", "dump_timeline", "mark_step", "report", "start_timeline", "stop_timeline"), "timeline"
+    ),
+}
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -84,18 +88,50 @@ KEYS = _keys.KEYS
 parse_size = _sizes.parse_size
 
 
-# Training techniques (issue 7), loaded on first access because each imports
-# torch: tp.optim.AdamA, tp.compress(...) (a callable module: the context
-# manager, plus tp.compress.stats()), tp.microbatch(...) (callable too).
-_LAZY_SUBMODULES = ("optim", "compress", "microbatch")
-
-
 def __getattr__(name: str) -> Any:
-    if name in _LAZY_SUBMODULES:
-        import importlib
+    import importlib.util
 
+    module = _FORWARDED.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f"tensorpager.{module}"), name)
+        globals()[name] = value
+        return value
+    # A submodule by name: tp.optim.AdamA, tp.compress(...) and
+    # tp.microbatch(...) (callable modules), tp._ext, tp.timeline.
+    if not name.startswith("__") and importlib.util.find_spec(f"tensorpager.{name}") is not None:
         return importlib.import_module(f"tensorpager.{name}")
     raise AttributeError(f"module 'tensorpager' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:  # what the forwarded names are, for type checkers
+    from tensorpager._install import (
+        config,
+        device_kind,
+        empty_cache,
+        get_budget,
+        install,
+        is_installed,
+        memory_summary,
+        reset_peak_stats,
+        set_budget,
+        snapshot,
+        stats,
+        uninstall,
+    )
+    from tensorpager._managed import ManagedProcessError
+    from tensorpager._runtime import budget, step
+    from tensorpager.timeline import (
+        dump_snapshot,
+        dump_timeline,
+        mark_step,
+        report,
+        start_timeline,
+        stop_timeline,
+    )
 
 
 def record_trace(path: str | os.PathLike[str], *, compute_scale: float = 1.0, model: Any = None) -> Any:
