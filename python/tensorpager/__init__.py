@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 
-from tensorpager import _keys, _sizes
+from tensorpager import _key_appliers, _keys, _sizes
 
 # Note [A lazy package]
 # Every interpreter imports this package at start (the start-up hook,
@@ -86,6 +86,23 @@ __all__ = [
 KEYS = _keys.KEYS
 
 parse_size = _sizes.parse_size
+
+
+def _apply_compress(ext: Any) -> None:
+    from tensorpager import _conf, compress
+
+    compress.enable(_conf.parse_to_dict(ext.config())["compress"])
+
+
+def _apply_manage(ext: Any) -> None:
+    from tensorpager import _managed
+
+    _managed.start_if_configured(ext)
+
+
+# Note [Keys a higher layer applies] in _key_appliers.py.
+_key_appliers.register("compress", _apply_compress)
+_key_appliers.register("manage", _apply_manage)
 
 
 def __getattr__(name: str) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from tensorpager import _budget_value, _conf, _ext, _keys, _sizes
+from tensorpager import _budget_value, _conf, _ext, _key_appliers, _keys, _sizes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -95,11 +95,10 @@ def install(conf: str | None = None, **options: Any) -> None:
 
 
 def _manage_if_configured(ext: Any) -> None:
-    """The ``manage:activations`` key enters the process-wide budget (once per process)."""
+    """The ``manage:activations`` key enters the process-wide budget (once per
+    process; Note [Keys a higher layer applies] in _key_appliers.py)."""
     if _conf.parse_to_dict(ext.config()).get("manage", "none") != "none":
-        from tensorpager import _managed
-
-        _managed.start_if_configured(ext)
+        _key_appliers.apply("manage", ext)
 
 
 def _record_trace_if_configured(ext: Any) -> None:
@@ -255,11 +254,8 @@ def device_kind() -> str:
 def _compress_if_configured(ext: Any) -> None:
     """Applies the ``compress`` key process-wide (the C++ parser has checked
     it and writes "none" as nothing); it imports torch, as install() has."""
-    spec = _conf.parse_to_dict(ext.config()).get("compress", "")
-    if spec:
-        from tensorpager import compress
-
-        compress.enable(spec)
+    if _conf.parse_to_dict(ext.config()).get("compress", ""):
+        _key_appliers.apply("compress", ext)  # Note [Keys a higher layer applies]
 
 
 def _track_phases_if_recording(ext: Any) -> None:

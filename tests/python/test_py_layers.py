@@ -64,9 +64,3 @@ def test_what_the_start_up_hook_loads_is_boot_only(package: Path) -> None:
     add_line(package, "_startup", "from tensorpager import compress")
     problems = check_py_layers.check(package)
     assert any("loads compress (techniques) at interpreter start" in p for p in problems), problems
-
-
-def test_a_known_violation_that_is_gone_must_leave_the_list(package: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(check_py_layers.KNOWN, ("_conf", "_runtime"), "a violation that never was")
-    problems = check_py_layers.check(package)
-    assert any("KNOWN lists _conf -> _runtime" in p for p in problems), problems
