@@ -20,7 +20,7 @@
 // A ratio is written with a decimal point and no unit ("0.6", "1.0") and means
 // a fraction of some total (the device's memory, for a budget). Which keys take
 // ratios, and how "1" is kept from meaning both "1 byte" and "everything", is
-// decided in config.hpp, Note [Budget: bytes or ratio].
+// decided in memory_budget.hpp, Note [Budget spellings].
 
 #include <cstddef>
 #include <optional>

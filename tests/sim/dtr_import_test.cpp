@@ -125,8 +125,9 @@ TEST_P(DtrTrace, ImportsAndReplaysUnconstrainedAtExactlyTheRecordedTime) {
 // the transformer log LRU costs 1.21x at ratio 0.8 but 1.11x at 0.7
 // (bench/results/sim_dtr.md). That is a finding about the runtime, measured
 // by the committed sweeps, not a property this test can promise. Nor is
-// DTR's slowdown monotone once every ratio fits (Note [Co-resident inputs] in
-// simulator.cpp): its sampled choice swings the recompute volume, on
+// DTR's slowdown monotone once every ratio fits: its sampled choice (while
+// an operator's inputs stay pinned, Note [Operator inputs are pinned] in
+// simulator.cpp) swings the recompute volume, on
 // ResNet-32 2.94x at 0.5 and 1.92x at 0.4 with expandable segments, 3.93x at
 // 0.3 and 2.58x at 0.2 with plain ones; its fitting is still checked. Ratios
 // stop at 0.2: at 0.1 DTR recomputes millions of times (minutes of test time).
