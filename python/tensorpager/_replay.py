@@ -11,7 +11,7 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable, Iterable
 
 
 def storage_key(t: Any) -> int | None:
@@ -163,18 +163,29 @@ class Segment:
                 owner._buffers[name] = clones.setdefault(id(b), b.detach().clone())
 
 
-def modules_read(module: Any) -> list:
-    """The modules whose parameters and buffers a forward of module reads.
+# Note [What else a forward reads]
+# A rerun gives back the parameters, and swaps the buffers, of the modules a
+# segment's forward reads. Those are its own tree, and the modules that a
+# technique's module runs without calling them as children (the rest of a
+# split chain, run by the split convolution: Note [Patching by class] in
+# split.py). The runtime does not know the techniques: each registers, once,
+# a function naming what a module of it reads besides its tree.
+_also_read_by: list[Callable[[Any], Iterable[Any]]] = []
 
-    Its own tree, and the trees of the modules that a module of it names in
-    ``__dict__["_tp_also_reads"]``: those a forward runs without calling them
-    as children (the rest of a split chain: Note [Patching by class] in
-    ``tensorpager/split.py``). A replay must give back their parameters and
-    swap their buffers as it does its own.
-    """
+
+def register_also_reads(reads: Callable[[Any], Iterable[Any]]) -> None:
+    """reads(module) names the modules module's forward runs without calling
+    them as children, or nothing (Note [What else a forward reads])."""
+    if reads not in _also_read_by:
+        _also_read_by.append(reads)
+
+
+def modules_read(module: Any) -> list:
+    """The modules whose parameters and buffers a forward of module reads
+    (Note [What else a forward reads])."""
     seen: dict[int, Any] = {}
     for m in module.modules():
-        for other in (m, *m.__dict__.get("_tp_also_reads", ())):
+        for other in (m, *(o for reads in _also_read_by for o in reads(m))):
             for o in other.modules():
                 seen.setdefault(id(o), o)
     return list(seen.values())

@@ -82,7 +82,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tensorpager import _lend, _sizes
+from tensorpager import _lend, _replay, _sizes
 
 DEFAULT_CHUNK_BYTES = 8 << 20
 # Chunks are whole multiples of 8 channels: oneDNN computes float32 output
@@ -251,10 +251,20 @@ def _slices(params: Any, c0: int, c1: int) -> list[torch.Tensor | None]:
 # own modules. remove() swaps the classes back.
 #
 # The convolution's forward now reads modules that are not its children.
-# tensorpager's recompute replays a module's forward with clones of its
-# buffers, so that BatchNorm's running statistics count a batch once: the
-# convolution names the rest of the chain in ``_tp_also_reads`` for it
-# (``_replay.modules_read``), or a replay would update them twice.
+# tensorpager's recompute reruns a module's forward with clones of its
+# buffers, so that BatchNorm's running statistics count a batch once: this
+# module registers what a split convolution reads (_chain_read_by; Note
+# [What else a forward reads] in _replay.py), or a rerun would update them
+# twice.
+
+
+def _chain_read_by(m: nn.Module) -> tuple[nn.Module, ...]:
+    """The rest of the chain a split convolution runs (Note [What else a forward reads])."""
+    chain = m.__dict__.get("_tp_chain")
+    return () if chain is None else tuple(x for x in chain[:3] if x is not None)
+
+
+_replay.register_also_reads(_chain_read_by)
 
 
 def _hooked(m: nn.Module) -> str | None:
@@ -312,7 +322,6 @@ class SplitHandle:
         for m in self._modules:
             m.__class__ = m.__class__.__bases__[0]
             m.__dict__.pop("_tp_chain", None)
-            m.__dict__.pop("_tp_also_reads", None)
         self._modules = []
 
     def __repr__(self) -> str:
@@ -444,7 +453,6 @@ def split_channels(model: nn.Module | None = None, *, chain: tuple[nn.Module, ..
     touched: list[nn.Module] = []
     for conv, bn, act, *pool in chains:
         conv.__dict__["_tp_chain"] = (bn, act, pool[0] if pool else None, size)
-        conv.__dict__["_tp_also_reads"] = (bn, act, *pool)  # for tensorpager's replays (_replay.modules_read)
         conv.__class__ = _SplitConv2d
         for m in (bn, act, *pool):
             m.__class__ = _PASSED[type(m)]
