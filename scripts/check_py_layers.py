@@ -38,7 +38,7 @@ PACKAGE = "tensorpager"
 LAYERS: dict[str, list[str]] = {  # bottom up
     "boot": ["_keys", "_key_appliers", "_conf", "_torch_alloc_conf", "_sizes"],
     "extension": ["_ext"],
-    "allocator": ["_budget_value", "_install", "_graphs", "timeline", "trace", "viz", "sim"],
+    "allocator": ["_module_hooks", "_budget_value", "_install", "_graphs", "timeline", "trace", "viz", "sim"],
     "runtime": ["_steps", "_replay", "_lend", "_tracker", "_runtime", "_managed"],
     "techniques": ["compress", "optim", "microbatch", "split", "split_loss"],
     "entry": ["__init__", "__main__", "_startup", "_import_hook"],

@@ -43,7 +43,7 @@ trains instead (Note [The managed thread] in ``_managed.py``).
 
 from __future__ import annotations
 
-from tensorpager import _budget_value, _ext, _install, _tracker
+from tensorpager import _budget_value, _ext, _install, _module_hooks, _tracker
 from tensorpager import timeline as _timeline
 
 TYPE_CHECKING = False
@@ -138,7 +138,6 @@ class budget:
     def __enter__(self) -> budget:
         global _active
         import torch
-        from torch.nn.modules import module as nn_module
 
         if _active is not None:
             raise _active._nested_error()
@@ -155,10 +154,7 @@ class budget:
             self._tracker = tr = _tracker.Tracker(ext, self.segment_depth, self.recompute,
                                                   self._follows_training_thread, self.lend)
             tr.measuring = self.ratio is not None  # Note [Peaks under a ratio budget]
-            self._handles = [
-                nn_module.register_module_forward_pre_hook(tr.pre_forward),
-                nn_module.register_module_forward_hook(tr.post_forward, with_kwargs=True, always_call=True),
-            ]
+            self._handles = [_module_hooks.subscribe(tr.pre_forward, tr.post_forward)]
             self._hooks = torch.autograd.graph.saved_tensors_hooks(tr.pack, tr.unpack)
             self._hooks.__enter__()
         except BaseException:

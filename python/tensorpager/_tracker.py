@@ -161,7 +161,7 @@ class Tracker:
             self._forget_interrupted_forward()  # Note [A forward that a BaseException ended]
             depth = 0
         if depth == 0:
-            self.outer_frame = sys._getframe(1)  # the outermost module's _call_impl
+            self.outer_frame = _call_impl_frame()  # the outermost module's
         if depth == 0 and not self.warned_compiled and id(module) not in self.scanned:
             # A module compiled in place runs its hooks only while traced: look
             # for it from the outermost module, once (Note [torch.compile]).
@@ -170,7 +170,7 @@ class Tracker:
                 self.warned_compiled = True
                 import warnings
 
-                warnings.warn(COMPILED_WARNING, RuntimeWarning, stacklevel=3)
+                warnings.warn(COMPILED_WARNING, RuntimeWarning, stacklevel=4)  # _module_hooks, _call_impl
         self.stack.append(module)
         # Without grad (no_grad, inference_mode: evaluation) autograd saves
         # nothing, so a forward there neither starts a step nor is a segment.
@@ -361,6 +361,18 @@ COMPILED_WARNING = (
     " values stay exact. Leave the layers that hold most activations uncompiled to train below the peak"
     " (Note [torch.compile] in tensorpager/_tracker.py)."
 )
+
+
+def _call_impl_frame() -> Any:
+    """The frame of the innermost ``nn.Module._call_impl`` running: the
+    module call whose forward pre hooks run now (through _module_hooks)."""
+    from torch import nn
+
+    code = nn.Module._call_impl.__code__
+    f = sys._getframe(2)
+    while f is not None and f.f_code is not code:
+        f = f.f_back
+    return f
 
 
 class _ExitWithThread:

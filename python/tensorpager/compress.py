@@ -94,7 +94,7 @@ from typing import Any, Union
 import torch
 from torch import nn
 
-from tensorpager import _ext
+from tensorpager import _ext, _module_hooks
 
 __all__ = ["Compression", "METHODS", "DEFAULT_MIN_BYTES", "parse_spec", "stats", "reset_stats", "enable", "disable"]
 
@@ -230,10 +230,7 @@ class Compression:
         if self._handles:
             raise RuntimeError("compress: this Compression is already active")
         if self.model is None:
-            self._handles = [
-                nn.modules.module.register_module_forward_pre_hook(self._pre_hook),
-                nn.modules.module.register_module_forward_hook(self._post_hook, always_call=True),
-            ]
+            self._handles = [_module_hooks.subscribe(self._pre_hook, self._post_hook)]
         else:
             self._params = _storages(self.model)
             self._handles.append(self.model.register_forward_pre_hook(self._note_inputs))
@@ -271,7 +268,7 @@ class Compression:
             torch._C._autograd._push_saved_tensors_default_hooks(_pack, _unpack)
         frames.append((module, method, conv_input, params, self._caller, self.min_bytes))
 
-    def _post_hook(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+    def _post_hook(self, module: nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
         frames = _frames()
         if frames and frames[-1][0] is module:
             frames.pop()

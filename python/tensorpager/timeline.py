@@ -44,7 +44,7 @@ import os
 import threading
 import weakref
 
-from tensorpager import _ext
+from tensorpager import _ext, _module_hooks
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -71,7 +71,6 @@ class _PhaseTracker:
     """Sets the event log's context from PyTorch's hooks. One per process."""
 
     def __init__(self, ext: ModuleType) -> None:
-        import torch.nn.modules.module as mod
         import torch.optim.optimizer as opt
 
         self._ext = ext
@@ -81,8 +80,7 @@ class _PhaseTracker:
         self._stack: list[int] = []  # label ids of the modules running forward
         self._phase = "unknown"
         self._handles = [
-            mod.register_module_forward_pre_hook(self._forward_pre),
-            mod.register_module_forward_hook(self._forward_post),
+            _module_hooks.subscribe(self._forward_pre, self._forward_post),
             opt.register_optimizer_step_pre_hook(self._step_pre),
             opt.register_optimizer_step_post_hook(self._step_post),
         ]
@@ -145,7 +143,8 @@ class _PhaseTracker:
         # A forward inside backward (checkpointing) recomputes activations.
         self._set("activation", label)
 
-    def _forward_post(self, module: Any, args: Any, output: Any) -> None:
+    def _forward_post(self, module: Any, args: Any, *rest: Any) -> None:
+        output = rest[-1]  # None after a forward that raised (Note [One pair of global module hooks])
         if self._stack:
             self._stack.pop()
         if self._stack:

@@ -40,6 +40,8 @@ import threading
 import time
 import weakref
 
+from tensorpager import _module_hooks
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -213,14 +215,11 @@ class TraceRecorder:
         def enter(module: Any, args: Any) -> None:  # must return None (it would replace args)
             self._modules.append(module)
 
-        def leave(module: Any, args: Any, output: Any) -> None:  # must return None (it would replace output)
+        def leave(module: Any, args: Any, *rest: Any) -> None:  # must return None (it would replace output)
             if self._modules:
                 self._modules.pop()
 
-        self._hooks = [
-            torch.nn.modules.module.register_module_forward_pre_hook(enter),
-            torch.nn.modules.module.register_module_forward_hook(leave),
-        ]
+        self._hooks = [_module_hooks.subscribe(enter, leave)]
         self._saved = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
         self._saved.__enter__()
         self._mode = _Mode()

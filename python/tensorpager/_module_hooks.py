@@ -1,0 +1,81 @@
+"""One pair of PyTorch's global module hooks for all of tensorpager.
+
+Note [One pair of global module hooks]
+The budget's tracker, timelines, operator traces and compression each follow
+module forwards. Each registered a pair of PyTorch's global module hooks of
+its own; now they subscribe here, and one forward pre hook and one forward
+hook (``always_call``, ``with_kwargs``) stay registered while anything is
+subscribed. Each hook calls the subscribers in the order they subscribed,
+as PyTorch calls hooks in the order they were registered.
+
+- A post callback receives what PyTorch passes: ``(module, args, kwargs,
+  output)`` after a forward that returned, ``(module, args, output)`` (output
+  None) after one that raised an ``Exception``, from PyTorch's except block.
+  So every subscriber can unwind its own stack after an exception; a
+  ``BaseException`` (``KeyboardInterrupt``) calls nothing (Note [A forward
+  that a BaseException ended] in _tracker.py).
+- Callbacks return nothing: a value would replace the forward's arguments or
+  output. The subscribers are a tuple swapped under a lock, so a forward on
+  another thread sees the old list or the new one, whole.
+
+Allocator layer: imports torch when the first subscriber subscribes.
+"""
+
+from __future__ import annotations
+
+import threading
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+    Pre = Callable[[Any, tuple], None]
+    Post = Callable[..., None]
+
+_lock = threading.Lock()
+_subscribers: tuple[tuple[Pre, Post], ...] = ()
+_handles: list[Any] = []  # PyTorch's handles of the pair, while anything is subscribed
+
+
+def _pre(module: Any, args: tuple) -> None:
+    for pre, _ in _subscribers:
+        pre(module, args)
+
+
+def _post(module: Any, args: tuple, *rest: Any) -> None:
+    for _, post in _subscribers:
+        post(module, args, *rest)
+
+
+class Subscription:
+    """What subscribe() returns; remove() ends the subscription (idempotent)."""
+
+    def __init__(self, pair: tuple[Pre, Post]) -> None:
+        self._pair: tuple[Pre, Post] | None = pair
+
+    def remove(self) -> None:
+        global _subscribers
+        with _lock:
+            if self._pair is None:
+                return
+            _subscribers = tuple(s for s in _subscribers if s is not self._pair)
+            self._pair = None
+            if not _subscribers:
+                for h in _handles:
+                    h.remove()
+                _handles.clear()
+
+
+def subscribe(pre: Pre, post: Post) -> Subscription:
+    """pre(module, args) before every module's forward, post(module, args,
+    *rest) after it (Note [One pair of global module hooks])."""
+    global _subscribers
+    from torch.nn.modules import module as nn_module
+
+    pair = (pre, post)
+    with _lock:
+        if not _handles:
+            _handles.append(nn_module.register_module_forward_pre_hook(_pre))
+            _handles.append(nn_module.register_module_forward_hook(_post, with_kwargs=True, always_call=True))
+        _subscribers = (*_subscribers, pair)
+    return Subscription(pair)
