@@ -15,7 +15,7 @@
 #include "hooks/installed_adapter.hpp"
 #include "hooks/output_path.hpp"
 #include "hooks/process_state.hpp"
-#include "hooks/runtime/budget_api.hpp"
+#include "hooks/budget/budget_api.hpp"
 #include "hooks/profiler_glue.hpp"
 #include "hooks/tensorpager.hpp"
 #if TP_HOOKS_WITH_CUDA

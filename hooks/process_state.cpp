@@ -2,7 +2,7 @@
 
 // The members' complete types, for process_state's constructor.
 #include "core/clock.hpp"
-#include "hooks/runtime/budget_session.hpp"
+#include "hooks/budget/budget_session.hpp"
 #include "profiler/event_log.hpp"
 #include "profiler/runtime_recorder.hpp"
 

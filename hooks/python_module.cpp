@@ -36,7 +36,7 @@
 #include "hooks/optim/optim_bindings.hpp"
 #include "hooks/output_path.hpp"
 #include "hooks/profiler_glue.hpp"
-#include "hooks/runtime/runtime_bindings.hpp"
+#include "hooks/budget/runtime_bindings.hpp"
 #include "hooks/tensorpager.hpp"
 
 namespace py = pybind11;

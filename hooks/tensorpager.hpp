@@ -149,7 +149,7 @@ std::string timeline_report(std::size_t top_n = 20);
 /// current recording; does nothing when not recording.
 void mark_step(std::int64_t index);
 
-// --- training under a budget (hooks/runtime/; README, "Training under a budget") ----
+// --- training under a budget (hooks/budget/; README, "Training under a budget") ----
 
 /// What a budget_scope manages. A value.
 struct budget_options {
@@ -157,7 +157,7 @@ struct budget_options {
   /// and evicts nothing until set_budget() gives it one.
   std::optional<std::size_t> bytes;
   /// A share in (0, 1] of the first step's peak reserved bytes, set at the
-  /// first step() (Note [Ratio budgets] in hooks/runtime/budget_api.hpp).
+  /// first step() (Note [Ratio budgets] in hooks/budget/budget_api.hpp).
   std::optional<double> ratio;
   /// lru, dtr, capuchin or hybrid; empty: the configuration's `policy` key.
   std::string policy;

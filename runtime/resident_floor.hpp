@@ -21,9 +21,9 @@
 // The step's largest such value is the floor: the same program allocates
 // the same unmanaged memory under any budget, so a budget below it cannot
 // work. It is an estimate, close from below in practice (fragmentation comes
-// on top); hooks/runtime uses the first step's figure to refuse, at once, a
+// on top); hooks/budget uses the first step's figure to refuse, at once, a
 // budget that cannot work (Note [Budget floor] in
-// hooks/runtime/budget_floor.cpp). One compare per allocation buys the
+// hooks/budget/budget_floor.cpp). One compare per allocation buys the
 // high-water mark (take_allocated_high_water).
 
 #include <algorithm>
@@ -67,7 +67,7 @@ class resident_floor {
   /// holding more than an earlier one (the gradients and the momentum that a
   /// zero_grad() just before backward() keeps through the next forward, once
   /// they exist), so each is counted from its own start (Note [Budget floor]
-  /// in hooks/runtime/budget_floor.cpp).
+  /// in hooks/budget/budget_floor.cpp).
   std::size_t lowest() const noexcept {
     if (start_ == unknown) return current_;
     return start_ + std::min(lowest_beyond_start_, less(current_, start_));

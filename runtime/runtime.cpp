@@ -91,7 +91,7 @@ tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, str
 // Telling which are held takes a scan of the candidates, O(n) an event, so it
 // is done only while no budget is set: in the steps a ratio is measured on,
 // which are the steps whose floor refuses a budget (Note [Budget floor] in
-// hooks/runtime/budget_floor.cpp). Under a budget the floor counts them all.
+// hooks/budget/budget_floor.cpp). Under a budget the floor counts them all.
 std::size_t memory_runtime::floor_spare_locked() const {
   if (alloc_.budget()) return candidates_.bytes();
   std::size_t spare = 0;

@@ -69,7 +69,7 @@ void memory_runtime::carry_out_plan_locked(const step_plan& plan) {
     }
     if (!t->binding->can_release()) continue;
     // A planned drop only of what a replay rebuilds as it is now (Note
-    // [Recompute reproduces one version] in hooks/runtime/saved_storage.hpp);
+    // [Recompute reproduces one version] in hooks/budget/saved_storage.hpp);
     // else a swap.
     if (pe.action == eviction_action::drop && t->recomputable() && t->binding->can_recompute()) {
       ++stats_.evictions;

@@ -7,7 +7,7 @@ ResNet-18 at batch 32, 160x160) while every layer's weights and gradients
 (85 MiB more) sit on the device, unused until the optimizer step. So, under a
 budget, the program lends them to the runtime, which may swap them to host
 memory like saved activations (C++: Note [Lent storages] in
-hooks/runtime/saved_storage.hpp). The program still holds them, so the
+hooks/budget/saved_storage.hpp). The program still holds them, so the
 lender must see that nothing reads a lent storage:
 
 - A parameter and its gradient are lent once its AccumulateGrad has run (a

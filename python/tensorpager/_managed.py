@@ -14,7 +14,7 @@ Note [Managed process]
   - bytes (``budget:6GiB``, ``budget:4096``): that budget from the start;
   - a ratio of the peak (``budget:0.5``): a share of the peak reserved bytes
     of the first steady iteration, as ``tp.budget(0.5)`` (Note [A ratio is a
-    share of a steady iteration] in ``hooks/runtime/budget_api.hpp``): "train
+    share of a steady iteration] in ``hooks/budget/budget_api.hpp``): "train
     at half of what it needs" is what a user who sets one variable asks for.
     The allocator has no cap until that iteration ends;
   - a share of the device (``budget:0.9device``): the cap ``install()`` set
@@ -44,7 +44,7 @@ Note [The exit line]
   reserved bytes under it, which is what a user compares with the budget;
   and, for a ratio, apart from it, the peak that the ratio was resolved on,
   measured without a budget (Note [A ratio is a share of a steady iteration]
-  in ``hooks/runtime/budget_api.hpp``) (Note [Peaks under a ratio budget]
+  in ``hooks/budget/budget_api.hpp``) (Note [Peaks under a ratio budget]
   in ``_runtime.py``). Before, the one "peak reserved" was the larger of the
   two, so a BERT run read "budget 186 MiB, peak reserved 372 MiB" while every
   budgeted step kept to its budget. Then what the runtime moved, how long

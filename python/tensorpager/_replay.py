@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def storage_key(t: Any) -> int | None:
     # Never t.untyped_storage(): the Python storage object it creates is kept
     # alive by the storage itself and counts as a holder, so the storage
-    # could never be evicted (Note [Saved storages] in hooks/runtime).
+    # could never be evicted (Note [Saved storages] in hooks/budget).
     from tensorpager import _ext
 
     return _ext.load().storage_key(t)
@@ -39,7 +39,7 @@ class _Captured(BaseException):
     whole forward, and so does one for a tensor that the rest of the first
     forward changed in place: the storage must come back as the forward left
     it (Note [Recompute reproduces one version] in
-    hooks/runtime/saved_storage.hpp), and the tensor was saved before that.
+    hooks/budget/saved_storage.hpp), and the tensor was saved before that.
     """
 
 

@@ -11,7 +11,7 @@ Inside the block tensorpager's runtime is the allocator's reclaimer: when an
 allocation would pass the budget it evicts activations that autograd saved
 for backward, copying them to pinned host memory (swap) or dropping those it
 can recompute, and brings them back when backward needs them. The C++ side is
-``hooks/runtime/`` (Note [Saved storages], Note [Session lifetime]); this
+``hooks/budget/`` (Note [Saved storages], Note [Session lifetime]); this
 module is the block; the saved-tensor hooks and module recompute that need
 Python are in ``_tracker.py`` (Note [Segments], Note [torch.compile]).
 

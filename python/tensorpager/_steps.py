@@ -15,7 +15,7 @@ objects, only before the first optimizer step). A forward inside a backward
 (the reentrant ``torch.utils.checkpoint`` recomputing its block) is never a
 boundary.
   A ratio is resolved at a boundary (Note [A ratio is a share of a steady
-iteration] in hooks/runtime/budget_api.hpp): where an optimizer steps, at the
+iteration] in hooks/budget/budget_api.hpp): where an optimizer steps, at the
 end of the first iteration that began after an optimizer step had finished
 (``steady``); before any optimizer step, at the first boundary. An optimizer
 that steps for the first time after the ratio was resolved makes the runtime

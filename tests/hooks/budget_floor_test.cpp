@@ -1,7 +1,7 @@
-// Note [Budget floor] in hooks/runtime/budget_floor.cpp: a ratio budget below
+// Note [Budget floor] in hooks/budget/budget_floor.cpp: a ratio budget below
 // what no eviction can give back is refused with the figures.
 
-#include "hooks/runtime/budget_floor.hpp"
+#include "hooks/budget/budget_floor.hpp"
 
 #include <gtest/gtest.h>
 

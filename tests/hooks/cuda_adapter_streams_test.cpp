@@ -19,7 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "hooks/cuda_adapter.hpp"
-#include "hooks/runtime/budget_api.hpp"
+#include "hooks/budget/budget_api.hpp"
 #include "hooks/tensorpager.hpp"
 #include "tests/hooks/cuda_adapter_fixture.hpp"
 

@@ -13,8 +13,8 @@
 #include <c10/core/TensorImpl.h>
 #include <gtest/gtest.h>
 
-#include "hooks/runtime/budget_session.hpp"
-#include "hooks/runtime/saved_storage.hpp"
+#include "hooks/budget/budget_session.hpp"
+#include "hooks/budget/saved_storage.hpp"
 #include "tests/hooks/cuda_adapter_fixture.hpp"
 
 namespace tp::hooks::testing {

@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "hooks/installed_adapter.hpp"
-#include "hooks/runtime/budget_session.hpp"
-#include "hooks/runtime/saved_storage.hpp"
+#include "hooks/budget/budget_session.hpp"
+#include "hooks/budget/saved_storage.hpp"
 #include "hooks/tensorpager.hpp"
 #include "hooks_test_support.hpp"
 

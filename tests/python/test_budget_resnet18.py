@@ -2,7 +2,7 @@
 SGD) trains on the CPU adapter under tp.budget(0.5) with every policy, losses,
 weights and BatchNorm statistics bit-identical to the unmanaged run; budgets
 below what the model cannot give back are refused at the first step
-boundary, with the figures (Note [Budget floor] in hooks/runtime).
+boundary, with the figures (Note [Budget floor] in hooks/budget).
 
 Every policy trains in CI: one child process runs the unmanaged reference
 and 10 budgeted runs of up to 3 steps (about 50 s on two cores). The size
@@ -132,7 +132,7 @@ def test_resnet18_needs_its_parameters_and_gradients_lent(runs: list[dict]) -> N
 # Issue 17: a torchvision ResNet-18 with forced drops. With a host pool of
 # one byte nothing can be swapped, so every eviction drops a storage that its
 # module's replay rebuilds (the stem's ReLU is in place: Note [Recompute
-# reproduces one version] in hooks/runtime/saved_storage.hpp). Smaller than the runs above (batch 16, 128x128), every policy,
+# reproduces one version] in hooks/budget/saved_storage.hpp). Smaller than the runs above (batch 16, 128x128), every policy,
 # about 12 s. With plain segments 0.85 and 0.7 ran out of memory on stranded
 # free memory; with expandable segments 0.85 trains, 0.8 does not (19 MiB of
 # saved tensors are also held by the program, out of any eviction's reach).

@@ -91,7 +91,7 @@ print(json.dumps(state()))
                                   "manage:all,budget:0.9device"])
 def test_a_managed_process_opens_no_device_at_import(conf: str) -> None:
     # Note [A session opens its device at the first tensor] in
-    # hooks/runtime/budget_session.hpp: the process budget that manage:* enters
+    # hooks/budget/budget_session.hpp: the process budget that manage:* enters
     # at import takes its device at the first saved tensor (before, the import
     # initialised CUDA, and raised on a machine without a driver).
     proc = run_python(

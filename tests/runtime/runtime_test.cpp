@@ -255,7 +255,7 @@ TEST(Runtime, RecomputeCostSetLaterMakesATensorDroppable) {
 }
 
 TEST(Runtime, AStorageChangedSinceItsRecomputeWasSetIsSwappedNotDropped) {
-  // Note [Recompute reproduces one version] in hooks/runtime/saved_storage.hpp.
+  // Note [Recompute reproduces one version] in hooks/budget/saved_storage.hpp.
   runtime_rig rig;
   memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, with_policy(policy_kind::dtr));
   fake_binding b(rig, 1 * MiB, 3);

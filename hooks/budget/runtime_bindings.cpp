@@ -1,4 +1,4 @@
-#include "hooks/runtime/runtime_bindings.hpp"
+#include "hooks/budget/runtime_bindings.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -10,7 +10,7 @@
 
 #include "hooks/c10_errors.hpp"
 #include "core/errors.hpp"
-#include "hooks/runtime/budget_api.hpp"
+#include "hooks/budget/budget_api.hpp"
 #include "hooks/saved_version.hpp"
 
 namespace py = pybind11;

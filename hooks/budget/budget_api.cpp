@@ -1,7 +1,7 @@
 // The process's budget session and the C++ API of tensorpager.hpp that uses
 // it (budget_scope, step, runtime_stats).
 
-#include "hooks/runtime/budget_api.hpp"
+#include "hooks/budget/budget_api.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -15,7 +15,7 @@
 #include "core/errors.hpp"
 #include "hooks/installed_adapter.hpp"
 #include "hooks/process_state.hpp"
-#include "hooks/runtime/budget_floor.hpp"
+#include "hooks/budget/budget_floor.hpp"
 #include "hooks/tensorpager.hpp"
 
 namespace tp::hooks {

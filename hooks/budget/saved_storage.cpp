@@ -1,4 +1,4 @@
-#include "hooks/runtime/saved_storage.hpp"
+#include "hooks/budget/saved_storage.hpp"
 
 #include <cstring>
 #include <string>
@@ -7,7 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include "core/errors.hpp"
-#include "hooks/runtime/budget_session.hpp"
+#include "hooks/budget/budget_session.hpp"
 
 namespace tp::hooks {
 

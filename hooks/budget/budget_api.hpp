@@ -39,8 +39,8 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "hooks/runtime/budget_session.hpp"
-#include "hooks/runtime/saved_view.hpp"
+#include "hooks/budget/budget_session.hpp"
+#include "hooks/budget/saved_view.hpp"
 
 namespace tp::hooks {
 

@@ -1,4 +1,4 @@
-#include "hooks/runtime/budget_session.hpp"
+#include "hooks/budget/budget_session.hpp"
 
 #include <cstdint>
 #include <cstdio>
@@ -8,7 +8,7 @@
 
 #include "core/errors.hpp"
 #include "hooks/profiler_glue.hpp"
-#include "hooks/runtime/saved_storage.hpp"
+#include "hooks/budget/saved_storage.hpp"
 
 namespace tp::hooks {
 

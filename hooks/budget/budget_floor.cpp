@@ -19,7 +19,7 @@
 // between what stays, which grow as the budget moves tensors; an operator's
 // own outputs), and then the allocator's out-of-memory message says why.
 
-#include "hooks/runtime/budget_floor.hpp"
+#include "hooks/budget/budget_floor.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -9,7 +9,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "hooks/runtime/saved_storage.hpp"
+#include "hooks/budget/saved_storage.hpp"
 
 namespace tp::hooks {
 

@@ -1,4 +1,4 @@
-#include "hooks/runtime/saved_view.hpp"
+#include "hooks/budget/saved_view.hpp"
 
 #include <utility>
 

@@ -4,7 +4,7 @@
 
 #include "core/errors.hpp"
 #include "hooks/c10_errors.hpp"
-#include "hooks/runtime/budget_api.hpp"
+#include "hooks/budget/budget_api.hpp"
 #include "hooks/tensorpager_torch.hpp"
 
 namespace tensorpager {
