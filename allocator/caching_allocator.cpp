@@ -222,9 +222,9 @@ void caching_allocator::set_reclaimer(reclaimer* r) {
   reclaimer_ = r;
 }
 
-void caching_allocator::set_trace(allocator_trace* t) {
+void caching_allocator::set_log(allocator_log* t) {
   std::lock_guard lock(mutex_);
-  trace_ = t;
+  log_ = t;
 }
 
 void caching_allocator::set_segment_listener(segment_listener* l) {

@@ -107,7 +107,7 @@
 #include <utility>
 #include <vector>
 
-#include "allocator/allocator_trace.hpp"
+#include "allocator/allocator_log.hpp"
 #include "allocator/block.hpp"
 #include "allocator/memory_stats.hpp"
 #include "allocator/reclaimer.hpp"
@@ -189,7 +189,7 @@ class caching_allocator {
   /// Makes the allocator record its events into `t` (Note [Allocator
   /// trace]; nullptr: stop). Not owned; detach it before destroying it. Once
   /// this returns, no record is on its way into the previous trace.
-  void set_trace(allocator_trace* t);
+  void set_log(allocator_log* t);
 
   /// Tells `l` about every segment taken from or returned to the device from
   /// now on (nullptr: stop). Not owned; detach it before destroying it. Once
@@ -303,24 +303,24 @@ class caching_allocator {
   [[noreturn]] void throw_oom(std::size_t bytes, stream_id stream, std::size_t reclaimed,
                               bool larger_than_device);
   detail::block_pool& pool_of(pool_kind p) { return p == pool_kind::small ? small_blocks_ : large_blocks_; }
-  /// Records an event when a trace is attached (Note [Allocator trace]):
+  /// Records an event when a trace is attached (Note [Allocator log]):
   /// inline, since it runs inside every allocate and free.
   void notify(allocator_event_kind kind, const detail::block* b, std::size_t bytes, std::size_t detail = 0,
               stream_id stream = default_stream) noexcept {
-    if (trace_ == nullptr) return;
-    allocator_record* r = trace_->claim();
+    if (log_ == nullptr) return;
+    allocator_record* r = log_->claim();
     if (r == nullptr) return;
-    r->time = trace_->stamp();
+    r->time = log_->stamp();
     r->address = b != nullptr ? b->address : 0;
     r->bytes = bytes;
     r->detail = detail;
     r->allocated_bytes = stats_.allocated_bytes.all().current;
     r->reserved_bytes = stats_.reserved_bytes.all().current;
     r->stream = to_underlying(b != nullptr ? b->stream : stream);
-    r->context = kind == allocator_event_kind::alloc ? trace_->context() : 0;
+    r->context = kind == allocator_event_kind::alloc ? log_->context() : 0;
     r->kind = kind;
     r->pool = b != nullptr ? b->pool : pool_kind::small;
-    trace_->publish(r);
+    log_->publish(r);
   }
 
   device& device_;
@@ -333,7 +333,7 @@ class caching_allocator {
   mutable std::mutex mutex_;
   std::optional<std::size_t> budget_;
   reclaimer* reclaimer_ = nullptr;
-  allocator_trace* trace_ = nullptr;
+  allocator_log* log_ = nullptr;
   segment_listener* segment_listener_ = nullptr;
   detail::block_pool small_blocks_;
   detail::block_pool large_blocks_;

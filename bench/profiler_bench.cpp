@@ -63,16 +63,16 @@ class rig {
     void* warm = alloc_.allocate(1 << 28);  // one large segment, so later pairs hit the cache
     alloc_.deallocate(warm);
   }
-  ~rig() { alloc_.set_trace(nullptr); }
+  ~rig() { alloc_.set_log(nullptr); }
 
   /// Call outside timed regions: starts recording, into a fresh log when
   /// fewer than `room` events are left.
   void record(std::size_t room) {
     if (!log_ || log_->max_events() - log_->size() < room) renew();
-    alloc_.set_trace(recorder_);
+    alloc_.set_log(recorder_);
   }
   /// Call outside timed regions: stops recording.
-  void stop() { alloc_.set_trace(nullptr); }
+  void stop() { alloc_.set_log(nullptr); }
 
   void pair(std::size_t bytes) {
     void* p = alloc_.allocate(bytes);
@@ -90,7 +90,7 @@ class rig {
     return o;
   }
   void renew() {
-    alloc_.set_trace(nullptr);
+    alloc_.set_log(nullptr);
     if (log_) retired_events_ += log_->size() + log_->dropped();
     event_log::options o;
     if (const char* spares = std::getenv("TP_BENCH_SPARE_CHUNKS")) o.spare_chunks = std::strtoull(spares, nullptr, 10);

@@ -180,7 +180,7 @@ void cpu_adapter::reset_peaks() { allocator_.reset_peak_stats(); }
 void cpu_adapter::attach_event_log(profiler::event_log* log) {
   std::lock_guard lock(recorder_mutex_);
   if (log == nullptr) {
-    allocator_.set_trace(nullptr);  // once it returns no record is on its way in
+    allocator_.set_log(nullptr);  // once it returns no record is on its way in
     recorder_ = nullptr;             // the log keeps it, and its records
     return;
   }
@@ -189,7 +189,7 @@ void cpu_adapter::attach_event_log(profiler::event_log* log) {
   log->set_device_name(0, device_description());
   const std::optional<std::size_t> budget = allocator_.budget();
   log->add_initial({0, allocator_.snapshot(), budget ? static_cast<std::int64_t>(*budget) : -1});
-  allocator_.set_trace(&recorder);
+  allocator_.set_log(&recorder);
   recorder_ = &recorder;
 }
 

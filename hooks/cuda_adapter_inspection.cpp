@@ -306,7 +306,7 @@ void cuda_adapter::attach_event_log(profiler::event_log* log) {
 void cuda_adapter::attach_recorder(std::size_t i) {
   device_state& state = *states_[i];
   if (event_log_ == nullptr) {
-    state.allocator->set_trace(nullptr);  // once it returns no record is on its way in
+    state.allocator->set_log(nullptr);  // once it returns no record is on its way in
     state.recorder = nullptr;              // the log keeps it, and its records
     return;
   }
@@ -316,7 +316,7 @@ void cuda_adapter::attach_recorder(std::size_t i) {
   event_log_->set_device_name(device, "cuda:" + std::to_string(i) + ", " + state.dev->name());
   const std::optional<std::size_t> budget = state.allocator->budget();
   event_log_->add_initial({device, state.allocator->snapshot(), budget ? static_cast<std::int64_t>(*budget) : -1});
-  state.allocator->set_trace(&recorder);
+  state.allocator->set_log(&recorder);
   state.recorder = &recorder;
 }
 

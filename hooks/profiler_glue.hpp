@@ -11,7 +11,7 @@
 // It holds the current log (shared, so a caller that got it keeps it alive)
 // and keeps the last log after stop_timeline(), so a dump after the run
 // still has the data. Starting again replaces the log: the old one is
-// detached first (caching_allocator::set_trace takes the allocator's
+// detached first (caching_allocator::set_log takes the allocator's
 // lock, so once it returns no event is on its way into the old log).
 
 #include <cstddef>

@@ -27,7 +27,7 @@ event_kind kind_of(allocator_event_kind k) noexcept {
 }  // namespace
 
 allocator_recorder::allocator_recorder(event_log& log, std::int16_t device, const tp::clock* clock) noexcept
-    : allocator_trace(clock, &log.context_), log_(log), device_(device), ticks_(clock == nullptr) {}
+    : allocator_log(clock, &log.context_), log_(log), device_(device), ticks_(clock == nullptr) {}
 
 allocator_record* allocator_recorder::next_chunk() noexcept {
   if (!full_) {

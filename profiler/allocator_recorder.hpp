@@ -1,17 +1,17 @@
 #pragma once
-// tp::profiler::allocator_recorder: the allocator_trace that keeps one
+// tp::profiler::allocator_recorder: the allocator_log that keeps one
 // caching allocator's records in an event log.
 
 #include <atomic>
 #include <cstdint>
 #include <vector>
 
-#include "allocator/allocator_trace.hpp"
+#include "allocator/allocator_log.hpp"
 #include "profiler/event_log.hpp"
 
 namespace tp::profiler {
 
-/// Receives one allocator's records (caching_allocator::set_trace; Note
+/// Receives one allocator's records (caching_allocator::set_log; Note
 /// [Allocator trace]) in chunks the log hands out under its cap, stamped
 /// with the counter's ticks (or the log's clock when that is not a
 /// tsc_clock), and allocations with the log's context. snapshot() turns
@@ -22,7 +22,7 @@ namespace tp::profiler {
 /// meanwhile from any thread. Lifetime: made and owned by the log
 /// (event_log::open_allocator_recorder); detach it from its allocator
 /// before the log is destroyed.
-class allocator_recorder final : public allocator_trace {
+class allocator_recorder final : public allocator_log {
  public:
   std::int16_t device() const { return device_; }
   event_log& log() const { return log_; }

@@ -22,8 +22,8 @@
 // may run while writers append and sees every event published before it
 // read the count. Writers take a mutex only to add a chunk (every
 // chunk_events events). An allocator does not go through a writer: it
-// writes its own records into an allocator_recorder (Note [Allocator trace]
-// in allocator/allocator_trace.hpp), which takes chunks from the log the
+// writes its own records into an allocator_recorder (Note [Allocator log]
+// in allocator/allocator_log.hpp), which takes chunks from the log the
 // same way and under the same cap.
 //
 // Note [Folded frees]
@@ -171,7 +171,7 @@ class event_log {
   writer& open_writer();
   /// A new recorder for the allocator of `device`, owned by the log (its
   /// records stay in snapshot() after the allocator lets go of it): attach it
-  /// with caching_allocator::set_trace(). Throws std::bad_alloc.
+  /// with caching_allocator::set_log(). Throws std::bad_alloc.
   allocator_recorder& open_allocator_recorder(std::int16_t device);
 
   /// The id of text, adding it on first use (Note [Labels]). Throws

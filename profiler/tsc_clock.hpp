@@ -15,7 +15,7 @@
 // an hour), which a memory timeline can afford. Elsewhere make_event_clock()
 // returns steady_clock. The allocator stores the raw counter and the log
 // converts it when read (ns_of()): the conversion, a third of a recorded
-// event's cost, stays off the allocator's path (Note [Allocator trace]).
+// event's cost, stays off the allocator's path (Note [Allocator log]).
 
 #include <chrono>
 #include <cstdint>

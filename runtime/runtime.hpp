@@ -15,7 +15,7 @@
 // release_device(), so the nesting is at most one level.
 // Rules for the glue: never untrack() a tensor from inside its own binding
 // callbacks; never call the runtime from the allocator's segment_listener or
-// from an allocator_trace's next_chunk() (both run under the allocator's lock).
+// from an allocator_log's next_chunk() (both run under the allocator's lock).
 // Waits (for an offload's event) happen with the runtime's lock held: other
 // threads that touch the runtime wait too, which keeps the state simple; the
 // copy itself needs no runtime call to finish.

@@ -78,7 +78,7 @@ fi
 if [[ "${TP_SKIP_SANITIZERS:-0}" != 1 ]]; then
   sanitized_targets=(simulated_device_test caching_allocator_test budget_and_reclaim_test
                      allocator_conformance_simulated_test caching_allocator_fuzz_test
-                     pinned_host_pool_test allocator_trace_test segment_listener_test config_test
+                     pinned_host_pool_test allocator_log_test segment_listener_test config_test
                      runtime_test eviction_policy_test runtime_budget_test runtime_fuzz_test
                      runtime_observer_test runtime_threads_test runtime_recorder_test
                      event_log_test timeline_analysis_test)

@@ -51,9 +51,9 @@ class counting_reclaimer final : public reclaimer {
 };
 
 /// The allocator's records, kept in a vector.
-class record_trace final : public allocator_trace {
+class record_trace final : public allocator_log {
  public:
-  record_trace() : allocator_trace(nullptr, nullptr), buffer_(1 << 14) {}
+  record_trace() : allocator_log(nullptr, nullptr), buffer_(1 << 14) {}
   std::vector<allocator_record> records() const {
     const allocator_record* end = published_end();
     return end == nullptr ? std::vector<allocator_record>{} : std::vector<allocator_record>(buffer_.data(), end);
@@ -281,11 +281,11 @@ TEST_F(ExpandableSegments, SetBudgetBelowReservedUnmapsFreeGranules) {
 TEST_F(ExpandableSegments, RecordsMapsAndUnmapsWithTotals) {
   caching_allocator a(rig_.dev, expandable());
   record_trace t;
-  a.set_trace(&t);
+  a.set_log(&t);
   void* p = a.allocate(3 * MiB);
   a.deallocate(p);
   a.empty_cache();
-  a.set_trace(nullptr);
+  a.set_log(nullptr);
   const std::vector<allocator_record> r = t.records();
   ASSERT_EQ(r.size(), 5u);
   EXPECT_EQ(r[0].kind, allocator_event_kind::segment_map);

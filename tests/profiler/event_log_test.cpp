@@ -123,7 +123,7 @@ TEST(EventLog, AllocatorTicksAreConvertedToTheClocksNanosecondsInSnapshot) {
   manual_clock device_clock;
   simulated_device dev(recorded_rig::device_options(1 * GiB), device_clock);
   caching_allocator alloc(dev);
-  alloc.set_trace(&log.open_allocator_recorder(0));  // stamps raw ticks (Note [Event clock])
+  alloc.set_log(&log.open_allocator_recorder(0));  // stamps raw ticks (Note [Event clock])
   std::vector<std::int64_t> before, after;
   for (int i = 0; i < 50; ++i) {
     before.push_back(clk.now_ns());
@@ -134,7 +134,7 @@ TEST(EventLog, AllocatorTicksAreConvertedToTheClocksNanosecondsInSnapshot) {
     marker.id = static_cast<std::uint64_t>(i);
     log.record(marker);
   }
-  alloc.set_trace(nullptr);
+  alloc.set_log(nullptr);
   const timeline t = log.snapshot();
   // Per round: segment_alloc on the first, then alloc, free_requested,
   // free_completed (the folded free, expanded), and the marker.
@@ -231,7 +231,7 @@ TEST(EventLog, ConcurrentWritersAndReadersLoseNothing) {
 TEST(EventLog, ConcurrentSnapshotsSeeAPrefixOfAnAllocatorsRecords) {
   // The allocator fills chunks of 64 records while a reader snapshots: every
   // snapshot must hold the records in order with none missing, across chunk
-  // changes (Note [Allocator trace]; allocator_recorder::for_each_published).
+  // changes (Note [Allocator log]; allocator_recorder::for_each_published).
   recorded_rig rig(1 << 20);
   constexpr int pairs = 20000;
   const auto requested = [](std::size_t k) { return (1 + k % 7) * 4 * KiB; };

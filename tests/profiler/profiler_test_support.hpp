@@ -26,9 +26,9 @@ struct recorded_rig {
         alloc(dev),
         log(clk, log_options(max_events)),
         recorder(log.open_allocator_recorder(0)) {
-    alloc.set_trace(&recorder);
+    alloc.set_log(&recorder);
   }
-  ~recorded_rig() { alloc.set_trace(nullptr); }
+  ~recorded_rig() { alloc.set_log(nullptr); }
   recorded_rig(const recorded_rig&) = delete;
   recorded_rig& operator=(const recorded_rig&) = delete;
 

@@ -30,12 +30,12 @@ struct recorded_runtime {
     memory_runtime::options o;
     o.policy = policy;
     rt = std::make_unique<memory_runtime>(rig.dev, rig.alloc, rig.host, rig.clk, o);
-    rig.alloc.set_trace(&alloc_rec);
+    rig.alloc.set_log(&alloc_rec);
     rt->set_observer(&rt_rec);
   }
   ~recorded_runtime() {
     rt->set_observer(nullptr);
-    rig.alloc.set_trace(nullptr);
+    rig.alloc.set_log(nullptr);
   }
   std::vector<event> runtime_events() const {
     std::vector<event> out;

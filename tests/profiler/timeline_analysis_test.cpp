@@ -67,15 +67,15 @@ TEST(TimelineAnalysis, CategoriesFollowTheContextAndTags) {
 
 TEST(TimelineAnalysis, BlocksAllocatedBeforeRecordingAreUnknownButCounted) {
   recorded_rig rig;
-  rig.alloc.set_trace(nullptr);
+  rig.alloc.set_log(nullptr);
   void* early = rig.alloc.allocate(4 * MiB);
   event_log log(rig.clk);
   log.add_initial(initial_device_state{0, rig.alloc.snapshot(), -1});
-  rig.alloc.set_trace(&log.open_allocator_recorder(0));
+  rig.alloc.set_log(&log.open_allocator_recorder(0));
   log.set_context({category::activation, 0});
   void* late = rig.alloc.allocate(1 * MiB);
   rig.alloc.deallocate(early);
-  rig.alloc.set_trace(nullptr);
+  rig.alloc.set_log(nullptr);
   const timeline_analysis a = analyze(log.snapshot());
   const device_analysis& d = a.devices.at(0);
   EXPECT_EQ(d.totals.at_peak[0], static_cast<std::int64_t>(4 * MiB));  // unknown
@@ -83,17 +83,17 @@ TEST(TimelineAnalysis, BlocksAllocatedBeforeRecordingAreUnknownButCounted) {
   EXPECT_EQ(d.samples.back().allocated, static_cast<std::int64_t>(1 * MiB));
   EXPECT_EQ(d.samples.back().by_category[0], 0);
   rig.alloc.deallocate(late);
-  rig.alloc.set_trace(&rig.recorder);
+  rig.alloc.set_log(&rig.recorder);
 }
 
 TEST(TimelineAnalysis, BlocksFromBeforeTheRecordingAreAsOldAsItAndTakeTags) {
   recorded_rig rig;
-  rig.alloc.set_trace(nullptr);
+  rig.alloc.set_log(nullptr);
   rig.clk.advance(1'000'000'000'000);  // the clock's origin is long before recording (a process's start)
   void* weight = rig.alloc.allocate(4 * MiB);
   event_log log(rig.clk);
   log.add_initial(initial_device_state{0, rig.alloc.snapshot(), -1});
-  rig.alloc.set_trace(&log.open_allocator_recorder(0));
+  rig.alloc.set_log(&log.open_allocator_recorder(0));
   rig.tick();
   event tag;
   tag.kind = event_kind::tag;
@@ -116,10 +116,10 @@ TEST(TimelineAnalysis, BlocksFromBeforeTheRecordingAreAsOldAsItAndTakeTags) {
   EXPECT_LE(d.totals.peak_t_ns - w.t_alloc_ns, a.end_ns - a.start_ns);
   EXPECT_FALSE(d.top_at_peak[1].before_recording);
   EXPECT_EQ(format_age(w, d.totals.peak_t_ns).rfind(">= ", 0), 0u);
-  rig.alloc.set_trace(nullptr);
+  rig.alloc.set_log(nullptr);
   rig.alloc.deallocate(act);
   rig.alloc.deallocate(weight);
-  rig.alloc.set_trace(&rig.recorder);
+  rig.alloc.set_log(&rig.recorder);
 }
 
 TEST(TimelineAnalysis, ARestoredBlockHoldsWhatItsTensorHeldBeforeTheEviction) {

@@ -19,10 +19,10 @@
 // carries the allocator's totals after it, so a counter track needs no replay
 // and matches stats() at the same point.
 //
-// Note [Allocator trace]
+// Note [Allocator log]
 // Recording sits on the allocator's fast path, so the allocator writes each
 // record itself, in place, under its own lock: caching_allocator::notify()
-// is inline, and an allocator_trace hands out slots from a chunk of memory
+// is inline, and an allocator_log hands out slots from a chunk of memory
 // without a virtual call, a lock or an atomic read-modify-write. Only when a
 // chunk is used up does it call next_chunk() (virtual, once per chunk). This
 // halved recording's cost against the virtual observer it replaced, which
@@ -73,7 +73,7 @@ const char* to_string(allocator_event_kind k);
 
 /// One allocator event as the allocator writes it (Note [Allocator events]).
 struct allocator_record {
-  /// allocator_trace::stamp() when it happened: counter ticks or ns.
+  /// allocator_log::stamp() when it happened: counter ticks or ns.
   std::uint64_t time = 0;
   std::uint64_t address = 0;  ///< block or segment; 0 for oom, budget_change, reclaim
   /// alloc/free*: the block's size; segment_*: the segment's; oom: bytes
@@ -90,16 +90,16 @@ struct allocator_record {
   pool_kind pool = pool_kind::small;
 };
 
-/// Where an allocator writes its records (Note [Allocator trace]).
+/// Where an allocator writes its records (Note [Allocator log]).
 /// Thread-safety: claim(), publish() and stamp() are called by one thread at
 /// a time (the allocator calls them under its lock); published_end() and
 /// context() may be read from any thread. Lifetime: detach a trace from its
-/// allocator (set_trace(nullptr)) before destroying it.
-class allocator_trace {
+/// allocator (set_log(nullptr)) before destroying it.
+class allocator_log {
  public:
-  virtual ~allocator_trace() = default;
-  allocator_trace(const allocator_trace&) = delete;
-  allocator_trace& operator=(const allocator_trace&) = delete;
+  virtual ~allocator_log() = default;
+  allocator_log(const allocator_log&) = delete;
+  allocator_log& operator=(const allocator_log&) = delete;
 
   /// The slot for the next record, to fill completely (it may hold an older
   /// record's bytes) and then publish(); nullptr when the trace is full and
@@ -128,7 +128,7 @@ class allocator_trace {
  protected:
   /// clock: what stamp() reads; nullptr for the cycle counter. context: the
   /// word context() reads (nullptr: 0). Both must outlive the trace.
-  allocator_trace(const tp::clock* clock, const std::atomic<std::uint64_t>* context) noexcept
+  allocator_log(const tp::clock* clock, const std::atomic<std::uint64_t>* context) noexcept
       : clock_(clock), context_(context) {}
 
   /// Called by claim() when the current chunk is used up (and at the first

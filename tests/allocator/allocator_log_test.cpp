@@ -1,4 +1,4 @@
-// The allocator's records (Note [Allocator trace]): order, fields, totals
+// The allocator's records (Note [Allocator log]): order, fields, totals
 // that match stats(), chunk changes and a full trace.
 
 #include <gtest/gtest.h>
@@ -20,10 +20,10 @@ using kind = allocator_event_kind;
 
 /// A trace over a vector, handed to the allocator `chunk` records at a time
 /// (so chunk changes happen), that drops once `capacity` records are taken.
-class buffer_trace final : public allocator_trace {
+class buffer_trace final : public allocator_log {
  public:
   explicit buffer_trace(std::size_t capacity = 4096, std::size_t chunk = 3, const tp::clock* clock = nullptr)
-      : allocator_trace(clock, &context_word), buffer_(capacity), chunk_(chunk) {}
+      : allocator_log(clock, &context_word), buffer_(capacity), chunk_(chunk) {}
 
   std::atomic<std::uint64_t> context_word{0};
   std::size_t dropped = 0;
@@ -62,16 +62,16 @@ class buffer_trace final : public allocator_trace {
   std::size_t taken_ = 0;
 };
 
-class AllocatorTrace : public ::testing::Test {
+class AllocatorLog : public ::testing::Test {
  protected:
-  void SetUp() override { alloc_.set_trace(&obs_); }
-  void TearDown() override { alloc_.set_trace(nullptr); }
+  void SetUp() override { alloc_.set_log(&obs_); }
+  void TearDown() override { alloc_.set_log(nullptr); }
   simulated_rig rig_{1 * GiB};
   caching_allocator alloc_{rig_.dev};
   buffer_trace obs_;
 };
 
-TEST_F(AllocatorTrace, ReportsSegmentAllocFreeInOrderWithTotals) {
+TEST_F(AllocatorLog, ReportsSegmentAllocFreeInOrderWithTotals) {
   void* p = alloc_.allocate(3 * MiB);
   alloc_.deallocate(p);
   alloc_.empty_cache();
@@ -97,7 +97,7 @@ TEST_F(AllocatorTrace, ReportsSegmentAllocFreeInOrderWithTotals) {
   EXPECT_EQ(alloc_.stats().num_device_syncs, 1);
 }
 
-TEST_F(AllocatorTrace, FreeCompletesOnlyAfterOtherStreamsEvents) {
+TEST_F(AllocatorLog, FreeCompletesOnlyAfterOtherStreamsEvents) {
   const stream_id side = rig_.dev.create_stream();
   void* p = alloc_.allocate(1 * MiB);
   alloc_.record_stream(p, side);
@@ -120,7 +120,7 @@ TEST_F(AllocatorTrace, FreeCompletesOnlyAfterOtherStreamsEvents) {
   EXPECT_EQ(obs_.last_kind(), kind::free);
 }
 
-TEST_F(AllocatorTrace, ReportsOomBudgetAndReclaim) {
+TEST_F(AllocatorLog, ReportsOomBudgetAndReclaim) {
   class nothing_to_give final : public reclaimer {
    public:
     std::size_t reclaim(std::size_t, stream_id) override { return 0; }
@@ -135,7 +135,7 @@ TEST_F(AllocatorTrace, ReportsOomBudgetAndReclaim) {
   alloc_.set_reclaimer(nullptr);
 }
 
-TEST_F(AllocatorTrace, TotalsAlwaysMatchStatistics) {
+TEST_F(AllocatorLog, TotalsAlwaysMatchStatistics) {
   // Replaying the events' deltas reproduces the final statistics.
   std::vector<void*> ps;
   for (int i = 0; i < 50; ++i) ps.push_back(alloc_.allocate(std::size_t(1 + i) * 300 * KiB));
@@ -153,15 +153,15 @@ TEST_F(AllocatorTrace, TotalsAlwaysMatchStatistics) {
   for (std::size_t i = 1; i < ps.size(); i += 2) alloc_.deallocate(ps[i]);
 }
 
-TEST_F(AllocatorTrace, StampsTheTracesClockAndContextOnAllocationsOnly) {
+TEST_F(AllocatorLog, StampsTheTracesClockAndContextOnAllocationsOnly) {
   manual_clock clk(7000);
   buffer_trace trace(64, 64, &clk);
   trace.context_word = 42;
-  alloc_.set_trace(&trace);
+  alloc_.set_log(&trace);
   void* p = alloc_.allocate(1 * MiB);
   clk.advance(5);
   alloc_.deallocate(p);
-  alloc_.set_trace(&obs_);
+  alloc_.set_log(&obs_);
   const auto e = trace.events();
   ASSERT_EQ(trace.kinds(), (std::vector<kind>{kind::segment_alloc, kind::alloc, kind::free}));
   EXPECT_EQ(e[1].time, 7000u);
@@ -173,13 +173,13 @@ TEST_F(AllocatorTrace, StampsTheTracesClockAndContextOnAllocationsOnly) {
   EXPECT_EQ(e[1].pool, pool_kind::small);
 }
 
-TEST_F(AllocatorTrace, AFullTraceDropsRecordsAndTheAllocatorCarriesOn) {
+TEST_F(AllocatorLog, AFullTraceDropsRecordsAndTheAllocatorCarriesOn) {
   buffer_trace small(5, 2);
-  alloc_.set_trace(&small);
+  alloc_.set_log(&small);
   std::vector<void*> ps;
   for (int i = 0; i < 8; ++i) ps.push_back(alloc_.allocate(64 * KiB));
   for (void* p : ps) alloc_.deallocate(p);
-  alloc_.set_trace(&obs_);
+  alloc_.set_log(&obs_);
   // 1 segment + 8 allocs + 8 frees = 17 records: the first 5 are kept.
   EXPECT_EQ(small.events().size(), 5u);
   EXPECT_EQ(small.dropped, 12u);
