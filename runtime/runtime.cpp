@@ -79,8 +79,8 @@ tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, str
   make_candidate(ref);
   // ref is the output of the operator that ran since the previous event.
   const auto marks = alloc_.take_allocated_high_water();
-  const std::size_t spare = floor_spare_locked();
-  floor_.sample(marks.high_water, marks.now, spare - spare_part_locked(ref), spare);
+  const floor_spare spare = floor_spare_locked(ref);
+  floor_.sample(marks.high_water, marks.now, spare.all - spare.of_t, spare.all);
   poll_locked();
   if (recorded) after_event_locked(false);
   return ref.id;
@@ -92,19 +92,14 @@ tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, str
 // is done only while no budget is set: in the steps a ratio is measured on,
 // which are the steps whose floor refuses a budget (Note [Budget floor] in
 // hooks/budget/budget_floor.cpp). Under a budget the floor counts them all.
-std::size_t memory_runtime::floor_spare_locked() const {
-  if (alloc_.budget()) return candidates_.bytes();
-  std::size_t spare = 0;
+memory_runtime::floor_spare memory_runtime::floor_spare_locked(const managed_tensor& t) const {
+  if (alloc_.budget()) return {candidates_.bytes(), t.in_candidates ? t.bytes : 0};
+  std::size_t all = 0;
   for (std::size_t i = 0; i < candidates_.size(); ++i) {
-    const managed_tensor& t = candidates_.at(i);
-    if (t.binding->can_release()) spare += t.bytes;
+    const managed_tensor& c = candidates_.at(i);
+    if (c.binding->can_release()) all += c.bytes;
   }
-  return spare;
-}
-
-std::size_t memory_runtime::spare_part_locked(const managed_tensor& t) const {
-  if (!t.in_candidates) return 0;
-  return alloc_.budget() || t.binding->can_release() ? t.bytes : 0;
+  return {all, t.in_candidates && t.binding->can_release() ? t.bytes : 0};
 }
 
 void memory_runtime::make_candidate(managed_tensor& t) {

@@ -273,9 +273,12 @@ class memory_runtime final : public reclaimer {
   // beside other threads]).
   bool replaying_locked() const;
   // Note [Resident floor]: the candidates' bytes that eviction would free,
-  // and t's part of them.
-  std::size_t floor_spare_locked() const;
-  std::size_t spare_part_locked(const managed_tensor& t) const;
+  // and t's part of them (one look at the budget: it takes the allocator's lock).
+  struct floor_spare {
+    std::size_t all = 0;
+    std::size_t of_t = 0;
+  };
+  floor_spare floor_spare_locked(const managed_tensor& t) const;
   void make_candidate(managed_tensor& t);
   void remove_in_flight(managed_tensor& t);
   void remove_settling(managed_tensor& t);

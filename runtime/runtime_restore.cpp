@@ -45,8 +45,8 @@ void memory_runtime::access_locked(managed_tensor& t, stream_id on, lock_type& l
   candidates_.touch(t);
   // t waited until now, and is about to be used: Note [Resident floor].
   const auto marks = alloc_.take_allocated_high_water();
-  const std::size_t spare = floor_spare_locked();
-  floor_.sample(marks.high_water, marks.now, spare, spare - spare_part_locked(t));
+  const floor_spare spare = floor_spare_locked(t);
+  floor_.sample(marks.high_water, marks.now, spare.all, spare.all - spare.of_t);
   if (replaying_locked()) return;  // Note [Replays are not recorded]
   if (t.step == recorder_.steps_completed()) recorder_.on_access(t.ordinal, t.last_access_ns);
   // What this event sets off (a planned eviction, when this step's events do
