@@ -31,6 +31,7 @@ struct segment {
   std::size_t size = 0;
   stream_id stream{};
   pool_kind pool = pool_kind::small;
+  lifetime life = lifetime::transient;  // Note [Long-lived placement]
   block* first = nullptr;
   bool expandable = false;
   /// Expandable: the blocks with no physical memory behind them, each a
@@ -47,6 +48,7 @@ struct block {
   std::size_t requested = 0;  // bytes asked for, while allocated
   stream_id stream{};         // the stream it was allocated on; reused there
   pool_kind pool = pool_kind::small;
+  lifetime life = lifetime::transient;  // its segment's
   segment* seg = nullptr;
   block* prev = nullptr;  // neighbours in the segment, by address
   block* next = nullptr;
@@ -67,10 +69,12 @@ struct block {
 
 inline bool address_order::operator()(const block* a, const block* b) const { return a->address < b->address; }
 
-/// Orders free blocks by (stream, size, address): a lower_bound on
-/// (stream, size, 0) finds the best fit on a stream.
+/// Orders free blocks by (lifetime, stream, size, address): a lower_bound on
+/// (lifetime, stream, size, 0) finds the best fit on a stream, among the
+/// blocks of one lifetime (Note [Long-lived placement]).
 struct block_order {
   bool operator()(const block* a, const block* b) const {
+    if (a->life != b->life) return a->life < b->life;
     if (a->stream != b->stream) return a->stream < b->stream;
     if (a->size != b->size) return a->size < b->size;
     return a->address < b->address;

@@ -90,21 +90,32 @@ caching_allocator::~caching_allocator() {
   // The events waited for above are destroyed by events_, after this body.
 }
 
-void* caching_allocator::allocate(std::size_t bytes, stream_id stream) {
+void* caching_allocator::allocate(std::size_t bytes, stream_id stream, lifetime life) {
+  return allocate(bytes, stream, life, /*may_reclaim=*/true);
+}
+
+void* caching_allocator::try_allocate(std::size_t bytes, stream_id stream, lifetime life) {
+  return allocate(bytes, stream, life, /*may_reclaim=*/false);
+}
+
+void* caching_allocator::allocate(std::size_t bytes, stream_id stream, lifetime life, bool may_reclaim) {
   if (bytes == 0) return nullptr;
   lock_type lock(mutex_);
   check_stream(stream);
   if (bytes > device_total_) throw_oom(bytes, stream, 0, /*larger_than_device=*/true);
   const std::size_t size = size_policy::block_size(bytes);
+  life = size_policy::placed_as(size, life);
   process_events();
-  if (block* b = try_allocate_block(size, stream)) return hand_out(b, size, bytes);
+  if (block* b = try_allocate_block(size, stream, life)) return hand_out(b, size, bytes);
 
   // Slow path: Note [Reclaim].
   ++stats_.num_alloc_retries;
   wait_for_pending_events(lock);
-  make_room(size, stream);
-  if (block* b = try_allocate_block(size, stream)) return hand_out(b, size, bytes);
-  if (block* b = allocate_plain_fallback(size, stream)) return hand_out(b, size, bytes);
+  make_room(size, stream, life);
+  if (block* b = try_allocate_block(size, stream, life)) return hand_out(b, size, bytes);
+  if (block* b = allocate_plain_fallback(size, stream, life)) return hand_out(b, size, bytes);
+  if (!may_reclaim) return nullptr;
+  if (block* b = borrow_block(size, stream, life)) return hand_out(b, size, bytes);  // Note [Long-lived placement]
 
   std::size_t reclaimed = 0;
   if (reclaimer* r = reclaimer_) {
@@ -113,9 +124,9 @@ void* caching_allocator::allocate(std::size_t bytes, stream_id stream) {
     // something, until a segment empties or the request fits.
     const std::thread::id me = std::this_thread::get_id();
     for (int round = 0; round < max_reclaim_rounds; ++round) {
-      const std::size_t need = shortfall(size, stream);
+      const std::size_t need = shortfall(size, stream, life);
       ++stats_.num_reclaims;
-      reclaiming_.emplace_back(me, reclaim_request{size, stream, ++reclaim_calls_});
+      reclaiming_.emplace_back(me, reclaim_request{size, stream, ++reclaim_calls_, life});
       lock.unlock();
       std::size_t freed = 0;
       try {
@@ -131,10 +142,10 @@ void* caching_allocator::allocate(std::size_t bytes, stream_id stream) {
       stats_.reclaimed_bytes += i64(freed);
       notify(allocator_event_kind::reclaim, nullptr, need, freed);
       wait_for_pending_events(lock);
-      if (block* b = try_allocate_block(size, stream)) return hand_out(b, size, bytes);
-      make_room(size, stream);
-      if (block* b = try_allocate_block(size, stream)) return hand_out(b, size, bytes);
-      if (block* b = allocate_plain_fallback(size, stream)) return hand_out(b, size, bytes);
+      if (block* b = try_allocate_block(size, stream, life)) return hand_out(b, size, bytes);
+      make_room(size, stream, life);
+      if (block* b = try_allocate_block(size, stream, life)) return hand_out(b, size, bytes);
+      if (block* b = allocate_plain_fallback(size, stream, life)) return hand_out(b, size, bytes);
       if (freed == 0) break;
     }
   }
@@ -236,6 +247,13 @@ std::size_t caching_allocator::allocation_size(const void* ptr) const {
   std::lock_guard lock(mutex_);
   const auto it = allocated_.find(reinterpret_cast<std::uintptr_t>(ptr));
   return it == allocated_.end() ? 0 : it->second->size;
+}
+
+std::optional<lifetime> caching_allocator::lifetime_of(const void* ptr) const {
+  std::lock_guard lock(mutex_);
+  const auto it = allocated_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == allocated_.end()) return std::nullopt;
+  return it->second->life;
 }
 
 void caching_allocator::forget_reclaim(std::thread::id me) {

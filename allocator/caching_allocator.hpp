@@ -73,6 +73,38 @@
 // events]). empty_cache() unmaps every free granule and releases segments
 // with nothing mapped.
 //
+// Note [Long-lived placement]
+// A budget caps mapped bytes, and a granule that holds any allocated byte
+// stays mapped. So a tensor that lives across steps (a parameter, its
+// gradient, an optimizer's moment) placed among a step's activations keeps
+// the granules it shares with them mapped after they are freed: the next
+// step finds those bytes free but in pieces of less than a granule, which no
+// large request can use and no unmap gives back. A torchvision ResNet-18
+// (SGD momentum, zero_grad() before backward) under manage:all at 0.7 of its
+// peak died in its fourth step's forward with 14 MiB free in such pieces and
+// 16 MiB asked for, 2 MiB over the budget; its gradients and momentum
+// buffers had come back from lending one by one, wherever a free block fit.
+// So allocate() takes the lifetime the caller expects: long-lived requests
+// have segments (and free blocks) of their own, apart from the transient
+// ones, as PyTorch's private pools are apart from its default one. The
+// long-lived ones pack together, and what strands is at most the last
+// granule of each of their ranges; the transient ones free whole granules.
+// Free memory moves between the two by unmapping (Note [Expandable
+// segments]; with plain segments, a wholly free segment), and the lifetimes
+// are a preference, not a wall: a request that neither its own blocks nor
+// growth can serve takes a free block of the other lifetime before the
+// reclaimer is asked to evict anything. try_allocate() never borrows: it
+// serves moves into long-lived blocks, which a borrowed block would defeat.
+// Small requests (1 MiB or less) are transient whatever the caller expects:
+// the small pool shares its granules by design (2 MiB serve many), and a
+// long-lived small pool would hold a partly used granule of its own, as
+// much as a small model's whole state; with it, a 17 MiB MLP step that fit
+// its budget by dropping activations ran out of memory (tests/python/
+// autograd_cases.py). The separation costs at most a partly used granule of
+// the long-lived large pool (2 MiB on CUDA), and a move's copy. Who asks: the
+// budget runtime, for what lending gives back (Note [Lent storages come back
+// packed] in hooks/budget/saved_storage.hpp). Everything else is transient.
+//
 // Note [Giving memory back waits]
 // Memory the cache holds may still be used by work the host queued on the
 // block's stream: a free is stream-ordered (Note [Stream-ordered reuse]), so
@@ -125,6 +157,7 @@ struct reclaim_request {
   /// Counts the allocator's calls to the reclaimer: a new value, a new call
   /// (never reset, unlike the num_reclaims statistic).
   std::uint64_t call = 0;
+  lifetime life = lifetime::transient;  ///< Note [Long-lived placement]
 };
 
 struct caching_allocator_options {
@@ -160,7 +193,13 @@ class caching_allocator {
   /// Returns at least `bytes` of device memory for use on `stream`, aligned
   /// to 512 bytes; nullptr for 0 bytes. Throws tp::invalid_argument for a
   /// stream the device does not know, tp::out_of_memory after Note [Reclaim].
-  void* allocate(std::size_t bytes, stream_id stream = default_stream);
+  /// `life` chooses the segments it comes from: Note [Long-lived placement].
+  void* allocate(std::size_t bytes, stream_id stream = default_stream, lifetime life = lifetime::transient);
+  /// As allocate(), but never asks the reclaimer: nullptr where allocate()
+  /// would (Note [Reclaim], step 2), after the cache, growth and releasing
+  /// what the cache holds. For a move that is worth making only when it
+  /// costs no eviction.
+  void* try_allocate(std::size_t bytes, stream_id stream, lifetime life);
 
   /// Frees a pointer from allocate(); nullptr is ignored. Requires: ptr came
   /// from allocate() and is not freed yet; a double free or a foreign pointer
@@ -198,6 +237,9 @@ class caching_allocator {
 
   /// The size of the block behind an allocated pointer, or 0 if unknown.
   std::size_t allocation_size(const void* ptr) const;
+  /// The lifetime an allocated pointer was allocated for (Note [Long-lived
+  /// placement]); nullopt for a pointer this allocator does not hold.
+  std::optional<lifetime> lifetime_of(const void* ptr) const;
 
   /// The request whose reclaim runs on the calling thread, inside a
   /// reclaimer::reclaim() call this allocator made; nullopt elsewhere.
@@ -252,15 +294,17 @@ class caching_allocator {
     std::size_t cost() const { return end - begin; }
   };
 
+  void* allocate(std::size_t bytes, stream_id stream, lifetime life, bool may_reclaim);
   // caching_allocator_blocks.cpp: the pools, plain segments, the budget.
-  detail::block* try_allocate_block(std::size_t size, stream_id stream);
-  detail::block* take_free_block(pool_kind pool, std::size_t size, stream_id stream);
-  detail::block* take_stranded_block(std::size_t size, stream_id stream);
-  detail::block* allocate_segment(pool_kind pool, std::size_t size, stream_id stream);
+  detail::block* try_allocate_block(std::size_t size, stream_id stream, lifetime life);
+  detail::block* take_free_block(pool_kind pool, std::size_t size, stream_id stream, lifetime life);
+  detail::block* take_stranded_block(std::size_t size, stream_id stream, lifetime life);
+  detail::block* borrow_block(std::size_t size, stream_id stream, lifetime life);
+  detail::block* allocate_segment(pool_kind pool, std::size_t size, stream_id stream, lifetime life);
   bool fits_budget(std::size_t bytes) const;
   std::size_t budget_room() const;
   std::size_t headroom() const;
-  std::size_t shortfall(std::size_t size, stream_id stream) const;
+  std::size_t shortfall(std::size_t size, stream_id stream, lifetime life) const;
   void* hand_out(detail::block* b, std::size_t size, std::size_t requested);
   std::size_t carve_offset(const detail::block& b, std::size_t size) const;
   static detail::block* split_front(detail::block* b, std::size_t bytes);
@@ -273,25 +317,25 @@ class caching_allocator {
   void pool_insert(detail::block* b);
   void pool_erase(detail::block* b);
   std::size_t release_cached_segments();
-  void make_room(std::size_t size, stream_id stream);
-  detail::block* allocate_plain_fallback(std::size_t size, stream_id stream);
+  void make_room(std::size_t size, stream_id stream, lifetime life);
+  detail::block* allocate_plain_fallback(std::size_t size, stream_id stream, lifetime life);
   // caching_allocator_events.cpp: stream-ordered frees.
   // Never throws: Note [A free that cannot record its events].
   void insert_events(detail::block* b);
   void process_events();
   void wait_for_pending_events(lock_type& lock);
   // caching_allocator_expandable.cpp: Note [Expandable segments].
-  std::optional<growth_plan> plan_growth(pool_kind pool, std::size_t size, stream_id stream,
+  std::optional<growth_plan> plan_growth(pool_kind pool, std::size_t size, stream_id stream, lifetime life,
                                          std::size_t room) const;
   std::size_t unmappable_bytes() const;
-  detail::block* grow_expandable(pool_kind pool, std::size_t size, stream_id stream);
+  detail::block* grow_expandable(pool_kind pool, std::size_t size, stream_id stream, lifetime life);
   detail::block* map_range(const growth_plan& plan);
   std::size_t unmap_free_granules(std::size_t want, const growth_plan* spare);
   void unmap_interior(detail::block* b, std::uintptr_t begin, std::uintptr_t end);
   detail::block* merge_unmapped(detail::block* u);
   void release_empty_expandable_segments();
   // A segment or granules for a request: Note [Virtual memory that fails].
-  detail::block* grow(pool_kind pool, std::size_t size, stream_id stream);
+  detail::block* grow(pool_kind pool, std::size_t size, stream_id stream, lifetime life);
   void destroy_expandable_segment(detail::segment& seg) noexcept;
   void count_mapped_ranges(const detail::block* b, bool mapping);
   // caching_allocator.cpp and caching_allocator_inspection.cpp

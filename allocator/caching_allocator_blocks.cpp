@@ -38,14 +38,24 @@ std::int64_t i64(std::size_t x) { return static_cast<std::int64_t>(x); }
 // instead of adding a granule that may itself end up partly free. Measured on
 // the recorded traces (bench/results/sim_lending.md): `hybrid` fits the
 // ResNet-18 trace at 0.4 of its plain peak with lending (0.42 without this).
-block* caching_allocator::try_allocate_block(std::size_t size, stream_id stream) {
+block* caching_allocator::try_allocate_block(std::size_t size, stream_id stream, lifetime life) {
   const pool_kind pool = size_policy::pool_for(size);
-  if (block* b = take_free_block(pool, size, stream)) return b;
+  if (block* b = take_free_block(pool, size, stream, life)) return b;
   if (expandable_ && pool == pool_kind::small) {
-    if (block* b = take_stranded_block(size, stream)) return b;
+    if (block* b = take_stranded_block(size, stream, life)) return b;
   }
-  if (block* b = grow(pool, size, stream)) return b;
-  if (pool == pool_kind::small) return take_free_block(pool_kind::large, size, stream);
+  if (block* b = grow(pool, size, stream, life)) return b;
+  if (pool == pool_kind::small) return take_free_block(pool_kind::large, size, stream, life);
+  return nullptr;
+}
+
+// Note [Long-lived placement]: a free block of the other lifetime, before
+// anything is evicted for the request.
+block* caching_allocator::borrow_block(std::size_t size, stream_id stream, lifetime life) {
+  const lifetime other = life == lifetime::transient ? lifetime::long_lived : lifetime::transient;
+  const pool_kind pool = size_policy::pool_for(size);
+  if (block* b = take_free_block(pool, size, stream, other)) return b;
+  if (pool == pool_kind::small) return take_free_block(pool_kind::large, size, stream, other);
   return nullptr;
 }
 
@@ -55,26 +65,27 @@ block* caching_allocator::try_allocate_block(std::size_t size, stream_id stream)
 // fail every allocation after it. The allocator says so once and serves the
 // rest of its life from plain segments; expandable segments it has already
 // keep working as they are (mapped ranges stay, free granules are unmapped).
-block* caching_allocator::grow(pool_kind pool, std::size_t size, stream_id stream) {
-  if (!expandable_ || vmm_failed_) return allocate_segment(pool, size, stream);
+block* caching_allocator::grow(pool_kind pool, std::size_t size, stream_id stream, lifetime life) {
+  if (!expandable_ || vmm_failed_) return allocate_segment(pool, size, stream, life);
   try {
-    return grow_expandable(pool, size, stream);
+    return grow_expandable(pool, size, stream, life);
   } catch (const cuda_error& e) {
     vmm_failed_ = true;
     std::fprintf(stderr,
                  "tensorpager: expandable segments are off for %s from now on (%s); plain segments serve it\n",
                  device_.name().c_str(), e.what());
-    return allocate_segment(pool, size, stream);
+    return allocate_segment(pool, size, stream, life);
   }
 }
 
-block* caching_allocator::take_free_block(pool_kind pool, std::size_t size, stream_id stream) {
+block* caching_allocator::take_free_block(pool_kind pool, std::size_t size, stream_id stream, lifetime life) {
   detail::block_pool& blocks = pool_of(pool);
   block key;
+  key.life = life;
   key.stream = stream;
   key.size = size;
   const auto it = blocks.lower_bound(&key);
-  if (it == blocks.end() || (*it)->stream != stream) return nullptr;
+  if (it == blocks.end() || (*it)->life != life || (*it)->stream != stream) return nullptr;
   if (!size_policy::may_serve((*it)->size, size, max_split_size_)) return nullptr;
   block* b = *it;
   pool_erase(b);
@@ -83,13 +94,14 @@ block* caching_allocator::take_free_block(pool_kind pool, std::size_t size, stre
 
 // Note [Stranded bytes serve small requests]. Blocks of two granules or more
 // always hold a whole one, so the search stops there.
-block* caching_allocator::take_stranded_block(std::size_t size, stream_id stream) {
+block* caching_allocator::take_stranded_block(std::size_t size, stream_id stream, lifetime life) {
   block key;
+  key.life = life;
   key.stream = stream;
   key.size = size;
   for (auto it = large_blocks_.lower_bound(&key); it != large_blocks_.end(); ++it) {
     block* b = *it;
-    if (b->stream != stream || b->size >= 2 * granularity_) break;
+    if (b->life != life || b->stream != stream || b->size >= 2 * granularity_) break;
     if (!b->seg->expandable || size_policy::whole_granules(b->address, b->end(), granularity_) != 0) continue;
     pool_erase(b);
     return b;
@@ -118,18 +130,18 @@ std::size_t caching_allocator::headroom() const {
 
 // What the reclaimer is asked for: the bytes the next segment (or, in an
 // expandable segment, the planned mapping) needs beyond the headroom.
-std::size_t caching_allocator::shortfall(std::size_t size, stream_id stream) const {
+std::size_t caching_allocator::shortfall(std::size_t size, stream_id stream, lifetime life) const {
   const std::size_t room = headroom();
   std::size_t want = size_policy::min_segment_size(size);
   if (expandable_) {
-    const std::optional<growth_plan> plan = plan_growth(size_policy::pool_for(size), size, stream, room);
+    const std::optional<growth_plan> plan = plan_growth(size_policy::pool_for(size), size, stream, life, room);
     want = plan ? plan->cost() : size_policy::round_up(size, granularity_);
   }
   // With headroom but no success the device is fragmented: ask for it all.
   return want > room ? want - room : want;
 }
 
-block* caching_allocator::allocate_segment(pool_kind pool, std::size_t size, stream_id stream) {
+block* caching_allocator::allocate_segment(pool_kind pool, std::size_t size, stream_id stream, lifetime life) {
   std::size_t seg_size = size_policy::segment_size(size);
   void* ptr = nullptr;
   if (fits_budget(seg_size)) ptr = device_.try_allocate(seg_size);
@@ -144,11 +156,13 @@ block* caching_allocator::allocate_segment(pool_kind pool, std::size_t size, str
   seg->size = seg_size;
   seg->stream = stream;
   seg->pool = pool;
+  seg->life = life;
   auto* b = new block;
   b->address = seg->address;
   b->size = seg_size;
   b->stream = stream;
   b->pool = pool;
+  b->life = life;
   b->seg = seg.get();
   seg->first = b;
   segments_.emplace(seg->address, std::move(seg));
@@ -266,6 +280,7 @@ block* caching_allocator::split_off(const block& b, std::uintptr_t address, std:
   rest->size = size;
   rest->stream = b.stream;
   rest->pool = b.pool;
+  rest->life = b.life;
   rest->seg = b.seg;
   return rest;
 }
@@ -361,19 +376,19 @@ std::size_t caching_allocator::release_cached_segments() {
 // Note [Expandable segments], "Less than a granule": with expandable
 // segments, a request the budget has room for, but not for the granules it
 // would map, gets a plain segment of just its size.
-block* caching_allocator::allocate_plain_fallback(std::size_t size, stream_id stream) {
+block* caching_allocator::allocate_plain_fallback(std::size_t size, stream_id stream, lifetime life) {
   if (!expandable_) return nullptr;
-  return allocate_segment(size_policy::pool_for(size), size, stream);
+  return allocate_segment(size_policy::pool_for(size), size, stream, life);
 }
 
 // Note [Reclaim]: frees what the cache holds so that the request can grow
 // its segment (or get a new one) within the budget.
-void caching_allocator::make_room(std::size_t size, stream_id stream) {
+void caching_allocator::make_room(std::size_t size, stream_id stream, lifetime life) {
   release_cached_segments();
   if (!expandable_) return;
   // Note [Plans the budget can pay for] in caching_allocator_expandable.cpp.
   const std::size_t room = headroom();
-  const std::optional<growth_plan> plan = plan_growth(size_policy::pool_for(size), size, stream, room);
+  const std::optional<growth_plan> plan = plan_growth(size_policy::pool_for(size), size, stream, life, room);
   const std::size_t cost = plan ? plan->cost() : size_policy::round_up(size, granularity_);
   if (cost > room) unmap_free_granules(cost - room, plan ? &*plan : nullptr);
 }

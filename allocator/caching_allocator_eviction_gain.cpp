@@ -31,7 +31,7 @@ std::size_t caching_allocator::usable_if_freed(const void* ptr, const std::vecto
   const std::uintptr_t lo = first->address;
   const std::uintptr_t hi = last->end();
   const detail::segment& seg = *b->seg;
-  const bool same_pool = seg.stream == r.stream && seg.pool == size_policy::pool_for(r.size);
+  const bool same_pool = seg.stream == r.stream && seg.pool == size_policy::pool_for(r.size) && seg.life == r.life;
   if (same_pool && hi - lo >= r.size) return r.size;  // the free range serves the request as it is
   if (!seg.expandable) {
     // A plain segment helps only when it empties: it can then be released.

@@ -24,6 +24,7 @@ block* new_block(segment& seg, std::uintptr_t address, std::size_t size, bool ma
   b->size = size;
   b->stream = seg.stream;
   b->pool = seg.pool;
+  b->life = seg.life;
   b->seg = &seg;
   b->mapped = mapped;
   return b;
@@ -71,7 +72,7 @@ std::size_t interior(const block* b, std::size_t g) {
 // affordable, nothing changes: it still waits for make_room when it needs
 // unmapping, rather than a dearer plan taking headroom at once.
 std::optional<caching_allocator::growth_plan> caching_allocator::plan_growth(pool_kind pool, std::size_t size,
-                                                                             stream_id stream,
+                                                                             stream_id stream, lifetime life,
                                                                              std::size_t room) const {
   const std::size_t g = granularity_;
   std::optional<std::size_t> unmappable;  // counted only when some plan needs more than the headroom
@@ -96,7 +97,7 @@ std::optional<caching_allocator::growth_plan> caching_allocator::plan_growth(poo
   };
   for (const auto& [address, owned] : segments_) {
     segment* seg = owned.get();
-    if (!seg->expandable || seg->stream != stream || seg->pool != pool) continue;
+    if (!seg->expandable || seg->stream != stream || seg->pool != pool || seg->life != life) continue;
     for (block* u : seg->unmapped) {
       block* left = u->prev != nullptr && u->prev->is_cached() ? u->prev : nullptr;
       block* right = u->next != nullptr && u->next->is_cached() ? u->next : nullptr;
@@ -125,11 +126,11 @@ std::optional<caching_allocator::growth_plan> caching_allocator::plan_growth(poo
   return best;
 }
 
-block* caching_allocator::grow_expandable(pool_kind pool, std::size_t size, stream_id stream) {
+block* caching_allocator::grow_expandable(pool_kind pool, std::size_t size, stream_id stream, lifetime life) {
   // The budget's room only: the device is asked for its free memory on the
   // slow path (Note [Giving memory back waits]); here a mapping it has no
   // room for just fails.
-  std::optional<growth_plan> plan = plan_growth(pool, size, stream, budget_room());
+  std::optional<growth_plan> plan = plan_growth(pool, size, stream, life, budget_room());
   if (!plan) {
     // No segment of this stream and pool has the address space: reserve one,
     // but only when its first mapping would fit the budget.
@@ -141,6 +142,7 @@ block* caching_allocator::grow_expandable(pool_kind pool, std::size_t size, stre
     seg->size = bytes;
     seg->stream = stream;
     seg->pool = pool;
+    seg->life = life;
     seg->expandable = true;
     block* u = new_block(*seg, seg->address, bytes, /*mapped=*/false);
     seg->first = u;

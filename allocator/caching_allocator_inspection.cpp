@@ -2,6 +2,7 @@
 // of an out-of-memory report. The allocation paths are in caching_allocator.cpp.
 
 #include <algorithm>
+#include <vector>
 
 #include "allocator/caching_allocator.hpp"
 #include "allocator/oom_report.hpp"
@@ -36,6 +37,27 @@ void caching_allocator::throw_oom(std::size_t bytes, stream_id stream, std::size
   if (reclaimer_ != nullptr) f.reclaimer_account = reclaimer_->describe();
   f.larger_than_device = larger_than_device;
   f.expandable_segments = expandable_;
+  if (expandable_) {
+    // The free bytes outside whole granules, and the blocks in use that
+    // share their granules, each counted once.
+    std::vector<const block*> beside;
+    for (const detail::block_pool* blocks : {&small_blocks_, &large_blocks_}) {
+      for (const block* b : *blocks) {
+        if (!b->seg->expandable) continue;
+        const std::size_t cut = b->size - size_policy::whole_granules(b->address, b->end(), granularity_);
+        if (cut == 0) continue;
+        f.stranded += cut;
+        for (const block* n : {b->prev, b->next}) {
+          if (n != nullptr && n->allocated) beside.push_back(n);
+        }
+      }
+    }
+    std::sort(beside.begin(), beside.end());
+    beside.erase(std::unique(beside.begin(), beside.end()), beside.end());
+    for (const block* n : beside) {
+      ++(n->life == lifetime::long_lived ? f.stranded_beside_long_lived : f.stranded_beside_transient);
+    }
+  }
   notify(allocator_event_kind::oom, nullptr, bytes, 0, stream);
   throw out_of_memory(format_oom_message(f));
 }
@@ -118,6 +140,7 @@ segment_snapshot caching_allocator::snapshot_range(const detail::segment& seg, c
   s.total_size = total;
   s.stream = seg.stream;
   s.pool = seg.pool;
+  s.life = seg.life;
   s.expandable = seg.expandable;
   for (const block* b = first; b != end; b = b->next) {
     block_snapshot bs;

@@ -36,6 +36,12 @@ std::string format_oom_message(const oom_figures& f) {
                        "smaller than the request, and the rest lies between blocks still in use.",
                        format_bytes(cached), format_bytes(f.largest_free_block));
   }
+  if (f.stranded > 0) {
+    // What stranded it: the blocks in use that share those granules.
+    msg += fmt::format(" {} of the free memory is in granules shared with blocks in use, which no unmap can give "
+                       "back: beside {} transient and {} long-lived blocks.",
+                       format_bytes(f.stranded), f.stranded_beside_transient, f.stranded_beside_long_lived);
+  }
   const bool budget_bound = f.budget && f.reserved + f.requested > *f.budget;
   if (budget_bound) {
     msg += " Hint: raise the budget (key 'budget') or reduce the batch size";

@@ -25,6 +25,12 @@ struct oom_figures {
   std::string reclaimer_account;       // reclaimer::describe(), may be empty
   bool larger_than_device = false;
   bool expandable_segments = false;    // Note [Expandable segments] in caching_allocator.hpp
+  /// Expandable segments: the free bytes outside whole granules (which no
+  /// unmap gives back), and the blocks in use beside them, by lifetime
+  /// (Note [Long-lived placement] in caching_allocator.hpp).
+  std::size_t stranded = 0;
+  std::size_t stranded_beside_transient = 0;
+  std::size_t stranded_beside_long_lived = 0;
 };
 
 /// Formats the message of a tp::out_of_memory. Pure.

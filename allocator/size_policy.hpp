@@ -21,6 +21,12 @@ enum class pool_kind : unsigned char { small, large };
 
 inline constexpr const char* to_string(pool_kind p) { return p == pool_kind::small ? "small" : "large"; }
 
+/// How long the caller expects an allocation to live: Note [Long-lived
+/// placement] in caching_allocator.hpp. Each has its own segments and pools.
+enum class lifetime : unsigned char { transient, long_lived };
+
+inline constexpr const char* to_string(lifetime l) { return l == lifetime::transient ? "transient" : "long_lived"; }
+
 namespace size_policy {
 
 inline constexpr std::size_t min_block_size = 512;
@@ -58,6 +64,12 @@ constexpr std::size_t block_size(std::size_t bytes) { return round_up(bytes, min
 /// The pool a block of `size` (already rounded) comes from.
 constexpr pool_kind pool_for(std::size_t size) {
   return size <= small_size ? pool_kind::small : pool_kind::large;
+}
+
+/// The lifetime a request of `size` bytes is placed by: small requests are
+/// transient whatever the caller expects (Note [Long-lived placement]).
+constexpr lifetime placed_as(std::size_t size, lifetime expected) {
+  return pool_for(size) == pool_kind::small ? lifetime::transient : expected;
 }
 
 /// The usual segment size for a block of `size`.

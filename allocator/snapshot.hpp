@@ -40,6 +40,7 @@ struct segment_snapshot {
   std::size_t requested_size = 0;
   stream_id stream{};
   pool_kind pool = pool_kind::small;
+  lifetime life = lifetime::transient;  // Note [Long-lived placement] in caching_allocator.hpp
   /// One mapped range of an expandable segment (Note [Expandable segments]
   /// in caching_allocator.hpp), as PyTorch's snapshot reports them.
   bool expandable = false;

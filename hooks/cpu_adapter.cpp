@@ -67,7 +67,9 @@ cpu_adapter::cpu_adapter(const config& cfg)
       host_pool_(device_, host_pool_options(cfg)) {}
 
 runtime_resources cpu_adapter::runtime_resources_now() {
-  return runtime_resources{device_, allocator_, host_pool_, clock_, default_stream, /*host_synchronous=*/true};
+  runtime_resources res{device_, allocator_, host_pool_, clock_, default_stream, /*host_synchronous=*/true};
+  res.allocate_on = [this](const device_request& r) { return allocate_on(r); };
+  return res;
 }
 
 
@@ -107,9 +109,17 @@ void cpu_adapter::uninstall() {
 }
 
 c10::DataPtr cpu_adapter::allocate(std::size_t n) {
+  void* ptr = allocate_on({n, default_stream});
+  return {ptr, ptr, &cpu_adapter::free_ptr, c10::Device(c10::DeviceType::CPU)};
+}
+
+void* cpu_adapter::allocate_on(const device_request& r) {
+  const std::size_t n = r.bytes;
   void* ptr = nullptr;
   try {
-    ptr = with_c10_errors([&] { return allocator_.allocate(n, default_stream); });
+    ptr = with_c10_errors([&] {
+      return r.may_reclaim ? allocator_.allocate(n, r.stream, r.life) : allocator_.try_allocate(n, r.stream, r.life);
+    });
   } catch (const c10::OutOfMemoryError&) {
     const allocator_stats s = allocator_.stats();
     c10::reportOutOfMemoryToProfiler(static_cast<std::int64_t>(n),
@@ -121,7 +131,7 @@ c10::DataPtr cpu_adapter::allocate(std::size_t n) {
   if (ptr != nullptr && c10::memoryProfilingEnabled()) {
     report_to_profiler(ptr, static_cast<std::int64_t>(allocator_.allocation_size(ptr)), allocator_.stats());
   }
-  return {ptr, ptr, &cpu_adapter::free_ptr, c10::Device(c10::DeviceType::CPU)};
+  return ptr;
 }
 
 c10::DeleterFnPtr cpu_adapter::raw_deleter() const { return &cpu_adapter::free_ptr; }

@@ -100,6 +100,8 @@ class cpu_adapter final : public c10::Allocator,
   explicit cpu_adapter(const config& cfg);
   ~cpu_adapter() override = default;
 
+  /// allocate()'s body, and runtime_resources::allocate_on's.
+  void* allocate_on(const device_request& r);
   /// The DeleterFnPtr of every DataPtr: finds the adapter that owns ptr.
   static void free_ptr(void* ptr) noexcept;
   /// Frees ptr if this adapter allocated it; false (nothing done) otherwise.

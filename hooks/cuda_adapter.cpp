@@ -194,8 +194,8 @@ runtime_resources cuda_adapter::runtime_resources_now() {
   }
   runtime_resources res{*state.dev, a, *state.host, clock_, compute, /*host_synchronous=*/false, d};
   // Note [Restores allocate for the tensor's device and stream] in runtime_host.hpp.
-  res.allocate_on = [this, d](std::size_t bytes, stream_id stream) {
-    return allocate_on(d, bytes, to_cuda_stream(stream));
+  res.allocate_on = [this, d](const device_request& r) {
+    return allocate_on(d, r.bytes, to_cuda_stream(r.stream), r.life, r.may_reclaim);
   };
   res.current_stream = [this, d] { return platform_->current_stream(d); };
   return res;
@@ -226,14 +226,15 @@ allocator_stats cuda_adapter::unopened_stats() {
 
 // --- allocation -------------------------------------------------------------------
 
-void* cuda_adapter::allocate_on(c10::DeviceIndex device, std::size_t n, cudaStream_t stream) {
+void* cuda_adapter::allocate_on(c10::DeviceIndex device, std::size_t n, cudaStream_t stream, lifetime life,
+                                bool may_reclaim) {
   const platform_device_guard guard(*platform_, device);  // Note [Device guards]
   // Through a pointer: a reference bound to the call's result is what GCC 13's
   // -Wdangling-reference flags (the lambda is a temporary argument).
   caching_allocator& a = *with_c10_errors([&] { return &allocator_for(device); });
   void* ptr = nullptr;
   try {
-    ptr = a.allocate(n, to_stream_id(stream));
+    ptr = may_reclaim ? a.allocate(n, to_stream_id(stream), life) : a.try_allocate(n, to_stream_id(stream), life);
   } catch (const out_of_memory& e) {
     notify_oom(device, n);
     const allocator_stats s = a.stats();

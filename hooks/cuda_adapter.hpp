@@ -212,8 +212,10 @@ class cuda_adapter final : public c10::cuda::CUDACachingAllocator::CUDAAllocator
   /// nullptr; asks nothing of CUDA while no device is opened.
   caching_allocator* opened_current();
   std::size_t total_bytes(c10::DeviceIndex device);
-  /// Allocates n bytes on `device` for `stream`, with `device` current.
-  void* allocate_on(c10::DeviceIndex device, std::size_t n, cudaStream_t stream);
+  /// Allocates n bytes on `device` for `stream`, with `device` current
+  /// (device_request says what life and may_reclaim mean).
+  void* allocate_on(c10::DeviceIndex device, std::size_t n, cudaStream_t stream, lifetime life = lifetime::transient,
+                    bool may_reclaim = true);
   /// The device and size of an allocation of this adapter, or nullopt.
   std::optional<std::pair<c10::DeviceIndex, std::size_t>> owner_of(const void* ptr) const;
   /// Frees ptr through whichever device's allocator holds it. Throws

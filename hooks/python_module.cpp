@@ -93,6 +93,7 @@ py::dict segment_dict(const tp::segment_snapshot& s) {
   d["requested_size"] = s.requested_size;
   d["stream"] = tp::to_underlying(s.stream);
   d["segment_type"] = tp::to_string(s.pool);
+  d["lifetime"] = tp::to_string(s.life);  // Note [Long-lived placement] in allocator/caching_allocator.hpp
   py::list blocks;
   for (const tp::block_snapshot& b : s.blocks) blocks.append(block_dict(b));
   d["blocks"] = std::move(blocks);

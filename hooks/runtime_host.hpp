@@ -17,6 +17,17 @@ namespace tp::hooks {
 /// The parts a tp::memory_runtime is built over. References stay valid for
 /// the life of the process (adapters are never destroyed; Note [Adapters live
 /// forever] in cpu_adapter.hpp).
+/// An allocation for a restore or a move (runtime_resources::allocate_on).
+struct device_request {
+  std::size_t bytes = 0;
+  stream_id stream{};
+  /// Note [Long-lived placement] in allocator/caching_allocator.hpp.
+  lifetime life = lifetime::transient;
+  /// False: nullptr where the allocator would ask the reclaimer (a move
+  /// that is made only when it costs no eviction); no error is reported.
+  bool may_reclaim = true;
+};
+
 struct runtime_resources {
   device& dev;
   caching_allocator& alloc;
@@ -31,13 +42,12 @@ struct runtime_resources {
   bool host_synchronous;
   /// The device's index (the timeline's device of the runtime's events).
   int device_index = 0;
-  /// Allocates bytes for a restore on this device and for `stream`, with the
-  /// device current, whatever device and stream are current when the restore
-  /// runs; the memory is freed by the adapter's raw_deleter(). Empty where
-  /// torch's current device and stream are always these (the CPU adapter):
-  /// restores then allocate through the adapter's allocate(). See Note
+  /// Allocates for a restore or a move on this device and for the request's
+  /// stream, with the device current, whatever device and stream are current
+  /// when it runs; the memory is freed by the adapter's raw_deleter(). Throws
+  /// c10::OutOfMemoryError as the adapter's allocate() does. See Note
   /// [Restores allocate for the tensor's device and stream].
-  std::function<void*(std::size_t bytes, stream_id stream)> allocate_on{};
+  std::function<void*(const device_request&)> allocate_on{};
   /// The stream torch computes on now on this device, where a tensor is
   /// saved or used (Note [Tensors used on several streams] in
   /// runtime/transfer_engine.hpp). Empty: always `compute` (the CPU adapter).

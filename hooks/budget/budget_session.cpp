@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "allocator/size_policy.hpp"
 #include "core/errors.hpp"
 #include "hooks/profiler_glue.hpp"
 #include "hooks/budget/saved_storage.hpp"
@@ -129,6 +130,33 @@ std::shared_ptr<saved_storage> budget_session::lend(const at::Tensor& t) {
   lock.unlock();
   s->set_id(rt->track(*s, s->nbytes(), current_stream(), /*recompute_cost_ns=*/0));
   return s;
+}
+
+void budget_session::give_back(std::shared_ptr<saved_storage>& loan) {
+  loan->make_resident();
+  const c10::Storage storage = loan->storage();
+  const std::weak_ptr<saved_storage> untracked = loan;
+  loan.reset();  // untracked: the program's alone again, unless another handle holds it
+  if (untracked.expired()) move_to_long_lived(storage);
+}
+
+// Note [Lent storages come back packed] in saved_storage.hpp.
+bool budget_session::move_to_long_lived(const c10::Storage& storage) {
+  c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+  void* src = impl->data_ptr().get();
+  const runtime_resources& res = resources();
+  if (src == nullptr || impl->data_ptr().get_deleter() != allocator_.raw_deleter()) return false;
+  const std::size_t n = storage.nbytes();
+  if (size_policy::placed_as(size_policy::block_size(n), lifetime::long_lived) != lifetime::long_lived) return false;  // small: stays
+  if (!res.alloc.budget() || res.alloc.lifetime_of(src) != lifetime::transient) return false;
+  const stream_id stream = current_stream();
+  void* dst = res.allocate_on({n, stream, lifetime::long_lived, /*may_reclaim=*/false});
+  if (dst == nullptr) return false;
+  res.dev.copy_async(dst, src, n, stream);
+  if (res.host_synchronous) res.dev.synchronize(stream);
+  res.alloc.record_stream(src, stream);  // freed behind the copy, whatever stream it was allocated for
+  impl->set_data_ptr_noswap(c10::DataPtr(dst, dst, allocator_.raw_deleter(), storage.device()));
+  return true;
 }
 
 void budget_session::forget(saved_storage& s) noexcept {

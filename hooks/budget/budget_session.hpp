@@ -85,6 +85,11 @@ class budget_session : public std::enable_shared_from_this<budget_session> {
   /// storages] in saved_storage.hpp); nullptr when t is not manageable, its
   /// storage is managed already, or another tensor uses any of it.
   std::shared_ptr<saved_storage> lend(const at::Tensor& t);
+  /// Ends a loan: its bytes resident again, untracked, and in a long-lived
+  /// block where the allocator can place them without evicting (Note [Lent
+  /// storages come back packed] in saved_storage.hpp); resets `loan`. Throws
+  /// what make_resident() throws, and the loan then stands.
+  void give_back(std::shared_ptr<saved_storage>& loan);
 
   /// Step boundary (memory_runtime::step).
   void step();
@@ -112,6 +117,9 @@ class budget_session : public std::enable_shared_from_this<budget_session> {
   /// Whether t's storage is one this session can manage (adopt's checks);
   /// opens the session's resources for a storage tensorpager allocated.
   bool manageable(const at::Tensor& t);
+  /// Moves storage's bytes into a long-lived block, under a budget; whether
+  /// it did.
+  bool move_to_long_lived(const c10::Storage& storage);
   /// The runtime, built over open_() the first time (Note [A session opens
   /// its device at the first tensor]); nullptr once closed. Requires mu_ held.
   std::shared_ptr<memory_runtime> open_locked();

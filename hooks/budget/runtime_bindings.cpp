@@ -47,8 +47,7 @@ struct py_lent_storage {
 
   void give_back() {
     if (!storage) return;
-    with_c10_errors([&] { storage->make_resident(); });
-    storage.reset();  // untracked: the program's alone again
+    with_c10_errors([&] { storage->session().give_back(storage); });
   }
 };
 

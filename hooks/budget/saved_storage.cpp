@@ -53,13 +53,10 @@ void* saved_storage::allocate_device(std::size_t bytes, stream_id stream) {
   c10::DataPtr fresh;
   try {
     // Note [Restores allocate for the tensor's device and stream] in runtime_host.hpp.
-    const runtime_resources& res = session_->resources();
-    if (res.allocate_on) {
-      void* p = res.allocate_on(bytes, stream);
-      fresh = c10::DataPtr(p, p, allocator_.raw_deleter(), storage_.device());
-    } else {
-      fresh = allocator_.allocate(bytes);
-    }
+    // Note [Lent storages come back packed].
+    const lifetime life = lent() ? lifetime::long_lived : lifetime::transient;
+    void* p = session_->resources().allocate_on({bytes, stream, life});
+    fresh = c10::DataPtr(p, p, allocator_.raw_deleter(), storage_.device());
   } catch (const c10::OutOfMemoryError& e) {
     // The runtime tells an allocation that may be retried later (a prefetch
     // ahead) by tp::out_of_memory.

@@ -52,6 +52,23 @@
 // when the bytes return. Other tensors over the same storage are not
 // redirected, so budget_session::lend() lends only a storage that no other
 // tensor uses. A lent storage is never recomputed; it is swapped.
+//
+// Note [Lent storages come back packed]
+// What is lent (parameters, gradients, optimizer state) outlives the step,
+// and where it sits decides what the next step can map: Note [Long-lived
+// placement] in allocator/caching_allocator.hpp. A restore of a lent storage
+// therefore allocates a long-lived block, and a loan that ends with its
+// bytes outside one (never evicted: a gradient where autograd allocated it,
+// among the backward's activation gradients; a parameter allocated before
+// the budget) moves them into one: a copy on the current stream into a
+// block of the tensor's size, and the old block freed behind the copy
+// (budget_session::give_back). The move is made only under a budget (the
+// steps a ratio is measured on keep the natural placement, so the peak is
+// the program's), and only when the allocator can serve it without evicting
+// anything (caching_allocator::try_allocate): at the end of a backward the
+// activations are gone and it can. A gradient that autograd allocates anew
+// each step moves each step: a device-to-device copy of the model's
+// gradients, under a millisecond on a GPU (HBM copies at over 1 TB/s).
 
 #include <cstddef>
 #include <cstdint>
@@ -119,6 +136,7 @@ class saved_storage final : public storage_binding {
   bool recomputable() const { return static_cast<bool>(recompute_); }
   /// Held by the program as well (Note [Lent storages]).
   bool lent() const { return static_cast<bool>(program_); }
+  budget_session& session() const { return *session_; }
   /// "resident", "offloading", "on_host", "prefetching", "dropped", or
   /// "unmanaged" once its session has ended ("lost" when it ended without
   /// the bytes).

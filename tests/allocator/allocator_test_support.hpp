@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "allocator/caching_allocator.hpp"
 #include "core/clock.hpp"
@@ -29,6 +30,14 @@ struct simulated_rig {
   manual_clock clk;
   simulated_device dev;
 };
+
+/// Options with expandable segments (Note [Expandable segments]) on, or off.
+inline caching_allocator::options expandable(std::optional<std::size_t> budget = std::nullopt, bool on = true) {
+  caching_allocator::options o;
+  o.budget = budget;
+  o.expandable_segments = on;
+  return o;
+}
 
 inline std::int64_t allocated(const caching_allocator& a) { return a.stats().allocated_bytes.all().current; }
 inline std::int64_t reserved(const caching_allocator& a) { return a.stats().reserved_bytes.all().current; }

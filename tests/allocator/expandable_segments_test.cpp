@@ -20,13 +20,6 @@ using namespace tp::testing;
 
 std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
-caching_allocator::options expandable(std::optional<std::size_t> budget = std::nullopt, bool on = true) {
-  caching_allocator::options o;
-  o.budget = budget;
-  o.expandable_segments = on;
-  return o;
-}
-
 /// Counts reclaim calls; frees the pointers it holds, in order.
 class counting_reclaimer final : public reclaimer {
  public:

@@ -21,13 +21,6 @@ using namespace tp::testing;
 
 std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
-caching_allocator::options expandable(std::optional<std::size_t> budget = std::nullopt) {
-  caching_allocator::options o;
-  o.expandable_segments = true;
-  o.budget = budget;
-  return o;
-}
-
 class GranulePlacement : public ::testing::Test {
  protected:
   simulated_rig rig_{1 * GiB};

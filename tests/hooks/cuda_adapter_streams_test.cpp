@@ -198,7 +198,7 @@ TEST_F(CudaAdapterStreams, AGuardLeavesNoContextOnADeviceTheThreadNeverUsed) {
   const runtime_resources res1 = adapter_->runtime_resources_now();  // opens cuda:1
   platform_->set_current_device(0);
   ASSERT_FALSE(platform_->has_context(0));
-  void* q = res1.allocate_on(1 * MiB, default_stream);  // a guard: to cuda:1 and back
+  void* q = res1.allocate_on({1 * MiB, default_stream});  // a guard: to cuda:1 and back
   EXPECT_EQ(platform_->current_device(), 0);
   adapter_->raw_delete(q);  // the same, to free it
   EXPECT_FALSE(platform_->has_context(0)) << "restoring the thread's device created a context there";
@@ -220,7 +220,7 @@ TEST_F(CudaAdapterStreams, RestoreAllocatesForTheTensorsDeviceAndStreamWithThatD
   platform_->set_current_device(0);
   platform_->set_current_stream(1, default_stream);
   EXPECT_EQ(res.current_stream(), default_stream) << "cuda:1's current stream, whatever device is current";
-  void* p = res.allocate_on(3 * MiB, tracked);
+  void* p = res.allocate_on({3 * MiB, tracked});
   EXPECT_EQ(segment_stream(1, p), tracked);
   EXPECT_EQ(platform_->opened_device(1).current_device_at_allocation().back(), 1) << "allocated without cuda:1 current";
   EXPECT_EQ(platform_->current_device(), 0) << "the caller's device was not restored";

@@ -25,12 +25,14 @@ TEST_F(RestoreAllocation, GoesThroughTheSessionsAllocateOnForTheTensorsStream) {
   tensorpager::install("device:cpu");
   installed_adapter a = installed_adapter_now();
   runtime_resources res = a.host.runtime_resources_now();
-  EXPECT_FALSE(res.allocate_on) << "the CPU adapter has one device and one stream";
+  ASSERT_TRUE(res.allocate_on);
   int restores = 0;
-  res.allocate_on = [&](std::size_t bytes, stream_id stream) {
+  res.allocate_on = [&](const device_request& r) {
     ++restores;
-    EXPECT_EQ(stream, res.compute) << "the stream the tensor was saved on";
-    return a.allocator.raw_allocate(bytes);
+    EXPECT_EQ(r.stream, res.compute) << "the stream the tensor was saved on";
+    EXPECT_EQ(r.life, lifetime::transient) << "a saved activation";
+    EXPECT_TRUE(r.may_reclaim);
+    return a.allocator.raw_allocate(r.bytes);
   };
   const auto session = budget_session::create(res, a.allocator, {});
 
