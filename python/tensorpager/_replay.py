@@ -204,6 +204,15 @@ class HeldInput:
 
 
 def flatten(x: Any) -> list:
+    """The leaves of x. A tensor, or a tuple or list of tensors (what most
+    modules take and return), without pytree, which costs tens of
+    microseconds per call (bench/hook_cost_bench.py)."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if type(x) in (tuple, list) and all(isinstance(a, torch.Tensor) for a in x):
+        return list(x)
     from torch.utils._pytree import tree_leaves
 
     return tree_leaves(x)

@@ -292,6 +292,9 @@ class Tracker:
                 self._link_producer(h)
             return _replay.HeldInput(h, None, x.requires_grad)
 
+        args, kwargs = tree
+        if not kwargs and type(args) is tuple and all(isinstance(a, torch.Tensor) for a in args):
+            return (tuple(hold(a) for a in args), kwargs), foreign  # most calls, without pytree
         return tree_map(hold, tree), foreign
 
     def _add_producer(self, key: int, out: Any, seg: _replay.Segment, index: int) -> None:
