@@ -49,7 +49,7 @@ from datetime import date
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
-from tensorpager import _sizes  # noqa: E402  (the project's size grammar; imports no torch)
+import tensorpager as tp  # noqa: E402  (tp.parse_size: the project's size grammar, from the extension)
 MiB = 1 << 20
 POLICIES = ("lru", "dtr", "capuchin", "hybrid")
 # tp:POLICY+split: tensorpager's operator splits too: tp.split_channels(model) on ResNet-18's stem,
@@ -300,7 +300,7 @@ def main() -> None:
     probe_log = ["| model | row | batch | fits | step time or failure |", "|---|---|---|---|---|"]
     started = time.perf_counter()
     for model in a.models.split(","):
-        cap = _sizes.parse_size(a.cap or (a.gpt_cap if model == "gpt" else a.resnet_cap))
+        cap = tp.parse_size(a.cap or (a.gpt_cap if model == "gpt" else a.resnet_cap))
         a.cap_bytes = cap
         lines += [f"## {'GPT-2-style decoder' if model == 'gpt' else 'ResNet-18'}, cap {cap / MiB:.0f} MiB", "",
                   "| row | largest batch | x baseline | per-sample time | x baseline | peak reserved | "

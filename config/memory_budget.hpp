@@ -1,8 +1,8 @@
 #pragma once
 // A memory budget as people write it, and the one parser every front door
 // uses (the budget key, tp.install, tp.set_budget, tp.budget, tp-sim
-// --budget; Python reaches it through the extension, and _sizes.py mirrors
-// it row by row, checked by tests/python/test_budget_spellings.py).
+// --budget; Python reaches it through the extension, _C.parse_budget, and
+// has no parser of its own).
 //
 // Note [Budget spellings]
 //   budget := "none"                  no budget

@@ -11,6 +11,8 @@
 //   cuda_driver_calls() -> int            cuda_device_name(ordinal: int) -> str
 //   config_keys() -> list[dict]  (name, kind, accepted, default, description)
 //   parse_budget(text: str) -> None | tuple[str, int | float]  ("bytes" | "peak" | "device", value)
+//   parse_size(text: str) -> int          format_bytes(n: int) -> str
+//   ACCEPTED_SIZE_FORMS: str              ACCEPTED_BUDGET_FORMS: str
 //
 // Exceptions: tp::config_error and tp::invalid_argument -> ValueError;
 // tp::out_of_memory and c10::OutOfMemoryError -> torch.OutOfMemoryError;
@@ -32,6 +34,9 @@
 #include <pybind11/stl.h>
 
 #include "core/errors.hpp"
+#include "core/format_bytes.hpp"
+#include "config/parse_bytes.hpp"
+#include "config/memory_budget.hpp"
 #include "config/config.hpp"
 #include "hooks/optim/optim_bindings.hpp"
 #include "hooks/output_path.hpp"
@@ -127,7 +132,7 @@ py::list config_key_list() {
 
 /// Note [Budget spellings] as Python values: None, ("bytes", n), ("peak", r)
 /// or ("device", r); ValueError with the parser's problem otherwise. The
-/// package's mirror (_sizes.parse_budget) is checked against this row by row.
+/// package parses every budget through this (it has no parser of its own).
 py::object parse_budget_tuple(const std::string& text) {
   const tp::budget_parse_result r = tp::parse_budget(text);
   if (!r.ok()) throw tp::config_error(r.problem);
@@ -135,6 +140,18 @@ py::object parse_budget_tuple(const std::string& text) {
   if (r.budget->is_bytes()) return py::make_tuple("bytes", std::get<std::size_t>(r.budget->value));
   const tp::budget_ratio& ratio = std::get<tp::budget_ratio>(r.budget->value);
   return py::make_tuple(ratio.of == tp::budget_share::peak ? "peak" : "device", ratio.value);
+}
+
+/// A size by Note [Size grammar], in bytes; ValueError quoting the text (cut
+/// at 80 characters), saying what is wrong and listing the accepted forms.
+std::size_t parse_size_or_raise(const std::string& text) {
+  const tp::bytes_parse_result r = tp::parse_bytes(text);
+  if (r.error == tp::bytes_error::none) return r.bytes;
+  const std::string shown =
+      text.size() <= 80 ? text : fmt::format("{}... ({} characters)", text.substr(0, 80), text.size());
+  const std::string problem = r.error == tp::bytes_error::unknown_unit ? fmt::format("unknown unit '{}'", r.unit)
+                                                                       : std::string(tp::describe(r.error));
+  throw tp::config_error(fmt::format("'{}' is not a size: {}. Accepted: {}", shown, problem, tp::accepted_size_forms));
 }
 
 }  // namespace
@@ -179,6 +196,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("parse_budget", &parse_budget_tuple, py::arg("text"),
         "A budget as written (Note [Budget spellings]): None, ('bytes', n), ('peak', ratio) or ('device', ratio); "
         "ValueError naming the text otherwise.");
+  m.def("parse_size", &parse_size_or_raise, py::arg("text"),
+        "A size as written (Note [Size grammar]: 12GiB, 512MB, 4096) in bytes; ValueError naming the text, the "
+        "problem and the accepted forms otherwise.");
+  m.def("format_bytes", &tp::format_bytes, py::arg("bytes"), "Bytes for people, in binary units: '1.50 GiB'.");
+  m.attr("ACCEPTED_SIZE_FORMS") = std::string(tp::accepted_size_forms);
+  m.attr("ACCEPTED_BUDGET_FORMS") = std::string(tp::accepted_budget_forms);
   tp::hooks::register_optim(m);  // AdamA and the activation codec (optim_bindings.hpp)
   tp::hooks::register_profiler(m);  // the timeline functions (profiler_bindings.cpp)
   tp::hooks::register_runtime(m);   // the budget runtime (runtime/runtime_bindings.cpp)

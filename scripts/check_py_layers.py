@@ -36,7 +36,7 @@ from pathlib import Path
 
 PACKAGE = "tensorpager"
 LAYERS: dict[str, list[str]] = {  # bottom up
-    "boot": ["_keys", "_key_appliers", "_conf", "_torch_alloc_conf", "_sizes"],
+    "boot": ["_keys", "_key_appliers", "_conf", "_torch_alloc_conf"],
     "extension": ["_ext"],
     "allocator": ["_module_hooks", "_budget_value", "_install", "_graphs", "timeline", "trace", "viz", "sim"],
     "runtime": ["_steps", "_replay", "_lend", "_tracker", "_runtime", "_managed"],

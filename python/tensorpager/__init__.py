@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 
-from tensorpager import _key_appliers, _keys, _sizes
+from tensorpager import _key_appliers, _keys
 
 # Note [A lazy package]
 # Every interpreter imports this package at start (the start-up hook,
@@ -37,6 +37,7 @@ _FORWARDED: dict[str, str] = {
         "_install",
     ),
     "ManagedProcessError": "_managed",
+    "parse_size": "_budget_value",
     "budget": "_runtime",
     "step": "_runtime",
     **dict.fromkeys(
@@ -84,8 +85,6 @@ __all__ = [
 
 #: Every configuration key tensorpager accepts.
 KEYS = _keys.KEYS
-
-parse_size = _sizes.parse_size
 
 
 def _apply_compress(ext: Any) -> None:

@@ -13,7 +13,7 @@ import os
 import sys
 
 import tensorpager as tp
-from tensorpager import _keys, _sizes
+from tensorpager import _ext, _keys
 
 
 def _report() -> int:
@@ -42,7 +42,7 @@ def _report() -> int:
         if "_pool." in key or key.endswith((".allocated", ".freed")):
             continue
         human = ("bytes" in key or key.endswith("budget")) and value > 0
-        print(f"  {key}: {value}" + (f" ({_sizes.format_bytes_human(value)})" if human else ""))
+        print(f"  {key}: {value}" + (f" ({_ext.load().format_bytes(value)})" if human else ""))
     print(tp.memory_summary())
     return 0
 

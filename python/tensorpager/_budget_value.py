@@ -1,32 +1,63 @@
-"""A budget given as a Python value, checked alike at every Python front door.
+"""Budgets and sizes given as Python values, checked alike at every Python front door.
 
 ``tp.set_budget``, ``tp.budget`` and ``tp.install(budget=...)`` take an int
 (bytes), a float (a ratio of the first step's peak), a str or None. A str
-follows Note [Budget spellings] (``config/memory_budget.hpp``) through
-``_sizes.parse_budget``, the row-by-row mirror of the C++ parser; an int is
-checked as the size ``"<int>B"``, so ``2**70`` gets the parser's "the size is
-too large" instead of a binding's type error. A float is the bare ratio
+follows Note [Budget spellings] (``config/memory_budget.hpp``) through the
+C++ parser (``_C.parse_budget``: the package has no parser of its own); an
+int is checked as the size ``"<int>B"``, so ``2**70`` gets the parser's "the
+size is too large" instead of a binding's type error. A float is the bare ratio
 ``"0.5"``: a share of the peak at every front door. Whether a front door can
 use a share of the peak (``set_budget`` cannot: it caps the allocator now)
 and whether a budget fits the device are the front door's and the C++
 side's checks (``resolve_for_device``).
 
-This module imports only ``tensorpager._sizes``.
+Sizes (``parse_size``, ``positive_size``) go through ``_C.parse_size``, the
+configuration parser's Note [Size grammar].
 """
 
 from __future__ import annotations
 
 import math
 
-from tensorpager import _sizes
+from tensorpager import _ext
 
-#: The accepted forms, for messages.
-ACCEPTED = ("None or 'none' (no budget); an int number of bytes > 0; a float ratio of the first step's peak in (0, 1];"
-            " or a string: " + _sizes.ACCEPTED_BUDGET_FORMS)
+
+def accepted() -> str:
+    """The accepted budget forms, for messages."""
+    return ("None or 'none' (no budget); an int number of bytes > 0; a float ratio of the first step's peak in"
+            " (0, 1]; or a string: " + _ext.load().ACCEPTED_BUDGET_FORMS)
+
+
+def parse_size(text: str) -> int:
+    """A size as written (``"12GiB"``, ``"512 MB"``, ``"4096"``; Note [Size grammar]) in bytes.
+
+    Raises:
+        ValueError: text is not a size; the message quotes it, says what is
+            wrong and lists the accepted forms.
+        TypeError: text is not a str.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"a size must be a str, not {type(text).__name__} ({text!r})")
+    return int(_ext.load().parse_size(text))
+
+
+def positive_size(value: int | str, what: str) -> int:
+    """value as bytes: a size string (Note [Size grammar]) or an int, > 0.
+
+    Raises ValueError naming ``what`` (the argument, as the caller spells it),
+    the value and the accepted forms."""
+    detail = ""
+    try:
+        size = parse_size(value) if isinstance(value, str) else value
+    except ValueError as e:
+        size, detail = None, f" ({e})"
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        raise ValueError(f"{what} must be a positive size such as '8MiB' or 8388608, got {value!r}{detail}")
+    return size
 
 
 def check(value: object, door: str) -> tuple[str, int | float] | None:
-    """The budget in value, as ``_sizes.parse_budget`` gives it: None,
+    """The budget in value, as ``_C.parse_budget`` gives it: None,
     ``("bytes", n)``, ``("peak", r)`` or ``("device", r)``.
 
     Args:
@@ -44,19 +75,19 @@ def check(value: object, door: str) -> tuple[str, int | float] | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise TypeError(f"{where}: a {type(value).__name__} is not a budget. Accepted: {ACCEPTED}")
+        raise TypeError(f"{where}: a {type(value).__name__} is not a budget. Accepted: {accepted()}")
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):
-            raise ValueError(f"{where}: a budget must be a finite number. Accepted: {ACCEPTED}")
+            raise ValueError(f"{where}: a budget must be a finite number. Accepted: {accepted()}")
         if not 0.0 < value <= 1.0:
-            raise ValueError(f"{where}: a ratio must be in (0, 1]. Accepted: {ACCEPTED}")
+            raise ValueError(f"{where}: a ratio must be in (0, 1]. Accepted: {accepted()}")
         return ("peak", value)
     if isinstance(value, int) and value <= 0:
-        raise ValueError(f"{where}: a budget must be > 0 bytes. Accepted: {ACCEPTED}")
+        raise ValueError(f"{where}: a budget must be > 0 bytes. Accepted: {accepted()}")
     try:
-        return _sizes.parse_budget(f"{value}B" if isinstance(value, int) else value)
+        return _ext.load().parse_budget(f"{value}B" if isinstance(value, int) else value)
     except ValueError as e:
-        raise ValueError(f"{where}: {e}. Accepted: {ACCEPTED}") from None
+        raise ValueError(f"{where}: {e}. Accepted: {accepted()}") from None
 
 
 def ratio_bytes(ratio: float, total: int, door: str, of: str) -> int:
@@ -91,8 +122,6 @@ def check_block_arguments(size: object, timeline: object) -> tuple[str, int | fl
     checked = check(size, "tensorpager.budget")
     if timeline is not None:
         import os
-
-        from tensorpager import _ext
 
         _ext.load().check_output_path("tensorpager.budget(timeline=...): ", os.fspath(timeline), True)  # type: ignore[arg-type]
     return checked

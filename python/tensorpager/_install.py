@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from tensorpager import _budget_value, _conf, _ext, _key_appliers, _keys, _sizes
+from tensorpager import _budget_value, _conf, _ext, _key_appliers, _keys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ def _device_total_bytes() -> int:
         import torch
 
         return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
-    return _sizes.parse_size(config().get("sim_capacity", _keys.DEFAULTS["sim_capacity"]))
+    return _budget_value.parse_size(config().get("sim_capacity", _keys.DEFAULTS["sim_capacity"]))
 
 
 def set_budget(value: int | float | str | None) -> None:

@@ -107,7 +107,7 @@ import functools
 import os
 import sys
 
-from tensorpager import _conf, _ext, _keys, _runtime, _sizes
+from tensorpager import _conf, _ext, _keys, _runtime
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -295,7 +295,7 @@ def _report_peak() -> None:
 
 def peak_line(peak: int, device_syncs: int = 0) -> str:
     """Note [The peak at exit]; `device_syncs`: Note [The exit line]. Pure."""
-    return (f"tensorpager: peak reserved {_sizes.format_bytes_human(peak)} ({peak} B), {device_syncs} device syncs,"
+    return (f"tensorpager: peak reserved {_ext.load().format_bytes(peak)} ({peak} B), {device_syncs} device syncs,"
             f" no budget; to train under one add manage:activations (or manage:all) and budget:0.5, or bytes such as"
             f" budget:{peak // 2}")
 
@@ -307,7 +307,7 @@ def exit_line(budget: int | None, peak: int, runtime: dict[str, int], steps: int
     `ratio`: the budget key's ratio, if it was one; `measured_peak`: the peak that ratio was resolved on (with
     no `budget`: refused), None before a second step began; `steps`: training iterations; `manage`: the key's
     value. Pure."""
-    human = _sizes.format_bytes_human
+    human = _ext.load().format_bytes
     p = "tensorpager.runtime."
     where = f"timeline {timeline} (written at exit)" if timeline else "no timeline (add timeline:run.json)"
     if budget is None:

@@ -82,7 +82,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tensorpager import _lend, _replay, _sizes
+from tensorpager import _budget_value, _lend, _replay
 
 DEFAULT_CHUNK_BYTES = 8 << 20
 # Chunks are whole multiples of 8 channels: oneDNN computes float32 output
@@ -428,7 +428,7 @@ def split_channels(model: nn.Module | None = None, *, chain: tuple[nn.Module, ..
     ``create_graph=True`` through it raises RuntimeError (Note [No double
     backward through the split]).
     """
-    size = _sizes.positive_size(chunk_bytes, "split_channels: chunk_bytes")
+    size = _budget_value.positive_size(chunk_bytes, "split_channels: chunk_bytes")
     if (model is None) == (chain is None):
         raise ValueError("split_channels: pass a model, or chain=(conv, bn, relu[, maxpool]), not both")
     if chain is not None:

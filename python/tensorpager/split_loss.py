@@ -53,7 +53,7 @@ from typing import Any, Iterator
 import torch
 import torch.nn.functional as F
 
-from tensorpager import _sizes
+from tensorpager import _budget_value
 
 DEFAULT_CHUNK_BYTES = 32 << 20
 MIN_ROWS = 64  # Note [Why the split loss is exact]: fewer rows take other matrix kernels
@@ -146,7 +146,7 @@ def split_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torc
     it does not take, naming them, and IndexError, as F.cross_entropy does on
     the CPU, on a target that is neither a class index nor ignore_index.
     """
-    size = _sizes.positive_size(chunk_bytes, "split_cross_entropy: chunk_bytes")
+    size = _budget_value.positive_size(chunk_bytes, "split_cross_entropy: chunk_bytes")
     if reduction not in ("mean", "sum"):
         raise ValueError(f"split_cross_entropy: reduction must be 'mean' or 'sum', got {reduction!r}")
     if weight.dim() != 2 or hidden.shape[-1] != weight.shape[1]:
