@@ -188,7 +188,7 @@ def start_if_configured(ext: Any) -> None:
     values.update(_conf.parse_to_dict(ext.config()))
     if values["manage"] not in (MANAGE_ACTIVATIONS, MANAGE_ALL):
         return
-    if _runtime.active() is not None:
+    if ext.budget_active():
         raise ManagedProcessError("tensorpager: manage:activations while a tp.budget block is active;"
                                   " install before the block, or without manage")
     size = budget_argument(values["budget"], ext)

@@ -52,19 +52,26 @@ if TYPE_CHECKING:
 
 __all__ = ["budget", "step", "active"]
 
-# The budget in force, if any (one per process, as in C++).
-_active: budget | None = None
+# Note [Who holds the session]
+# Whether a budget is active is the C++ side's to say (``_C.budget_active()``:
+# one session per process, whoever opened it, a LibTorch budget_scope
+# included). What Python keeps is which of its blocks holds that session, so
+# that ``tp.step()`` reaches the block's tracker and a nested block's error
+# names the holder. ``_holder`` is set right after ``budget_begin`` opened the
+# session and cleared before ``budget_end`` closes it: never a block whose
+# session is not the active one.
+_holder: budget | None = None
 
 
 def active() -> budget | None:
-    """The active ``budget`` block, or None."""
-    return _active
+    """The ``budget`` block that holds the active session, or None."""
+    return _holder
 
 
 def step() -> None:
     """Marks a step boundary (Note [Step boundaries]); nothing without a budget."""
-    if _active is not None:
-        _active._tracker.step(by_hand=True)
+    if _holder is not None:
+        _holder._tracker.step(by_hand=True)
 
 
 class budget:
@@ -136,14 +143,14 @@ class budget:
     _follows_training_thread = False
 
     def __enter__(self) -> budget:
-        global _active
+        global _holder
         import torch
 
-        if _active is not None:
-            raise _active._nested_error()
         if not _install.is_installed():
             _install.install()
         ext = _ext.load()
+        if ext.budget_active():  # Note [Who holds the session]
+            raise _holder._nested_error() if _holder is not None else self._nested_error()
         if self._device_share is not None:
             self.bytes = _budget_value.ratio_bytes(self._device_share, _install._device_total_bytes(),
                                                    "tensorpager.budget", "the device's memory")
@@ -163,17 +170,17 @@ class budget:
                 self._tracker.lender.close()  # its optimizer hook, and _lend's open lender
             ext.budget_end(self._previous)
             raise
-        _active = self
+        _holder = self
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        global _active
+        global _holder
         import warnings
 
         # The session always ends (Note [Session lifetime]); an error while
         # ending it never replaces the block's own exception.
         self._remove_hooks()
-        _active = None
+        _holder = None
         ext = _ext.load()
         tracker = self._tracker
         lend_error: Exception | None = None
