@@ -9,7 +9,7 @@
 //   selector := a module class name (Conv2d, ReLU, BatchNorm2d) | "*"
 // A bare method is shorthand: pool2 means Conv2d=pool2, bf16 and fp8 mean
 // *=bf16 and *=fp8, none means off. Blanks around selectors and methods are
-// trimmed. This is the grammar of python/tensorpager/compress.py (which
+// trimmed. This is the grammar of python/tensorpager/techniques/compress.py (which
 // applies it: compress.enable() once torch is imported) restricted to what
 // works process-wide: a glob over qualified module names ("layer1.*") needs
 // the model that names the modules, which only tp.compress(spec, model=...)

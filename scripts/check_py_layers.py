@@ -40,7 +40,8 @@ LAYERS: dict[str, list[str]] = {  # bottom up
     "extension": ["_ext"],
     "allocator": ["_module_hooks", "_budget_value", "_install", "_graphs", "timeline", "trace", "viz", "sim"],
     "runtime": ["_steps", "_replay", "_lend", "_tracker", "_runtime", "_managed"],
-    "techniques": ["compress", "optim", "microbatch", "split", "split_loss"],
+    "techniques": ["techniques", "techniques.compress", "techniques.optim", "techniques.microbatch",
+                   "techniques.split", "techniques.split_loss"],
     "entry": ["__init__", "__main__", "_startup", "_import_hook"],
 }
 START_UP = "_startup"
@@ -78,34 +79,57 @@ class Imports(ast.NodeVisitor):
     def _add(self, name: str, line: int) -> None:
         self.found.append((name, line, self.depth == 0))
 
+    # What is recorded is the dotted name below the package, as written
+    # (``techniques.compress``, ``_install.stats``); resolve() finds the module.
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             parts = alias.name.split(".")
             if parts[0] == PACKAGE and len(parts) > 1:
-                self._add(parts[1], node.lineno)
+                self._add(".".join(parts[1:]), node.lineno)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
-        if node.level > 0:  # relative: from . import x / from .x import y
+        if node.level > 0:  # relative (the package writes none): taken from the package's root
             parts = [p for p in module.split(".") if p]
-            names = [parts[0]] if parts else [a.name for a in node.names]
+            names = [".".join(parts)] if parts else [a.name for a in node.names]
         elif module == PACKAGE:
             names = [a.name for a in node.names]
         elif module.startswith(PACKAGE + "."):
-            names = [module.split(".")[1]]
+            below = module[len(PACKAGE) + 1:]
+            names = [f"{below}.{a.name}" for a in node.names]
         else:
             return
         for name in names:
             self._add(name, node.lineno)
 
 
+def module_name(package_dir: Path, path: Path) -> str:
+    """``techniques/compress.py`` -> ``techniques.compress``; a folder's ``__init__.py`` is the folder."""
+    parts = list(path.relative_to(package_dir).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
+def resolve(dotted: str, modules: set[str] | dict[str, object]) -> str:
+    """The module a dotted name below the package is: its longest prefix that is a module
+    (``_install.stats`` -> ``_install``); else its first part (``_C``)."""
+    parts = dotted.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in modules:
+            return ".".join(parts[:n])
+    return parts[0]
+
+
 def imports_of(package_dir: Path) -> dict[str, list[tuple[str, int, bool]]]:
     result = {}
-    for path in sorted(package_dir.glob("*.py")):
+    for path in sorted(package_dir.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
         v = Imports()
         v.visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
-        result[path.stem] = v.found
-    return result
+        result[module_name(package_dir, path)] = v.found
+    return {m: [(resolve(t, result), line, top) for t, line, top in found] for m, found in result.items()}
 
 
 def circles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -143,6 +167,12 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def path_of(package_dir: Path, module: str) -> str:
+    """The file of a module, for messages: ``techniques.compress`` -> ``techniques/compress.py``."""
+    folder = module.replace(".", "/")
+    return f"{folder}/__init__.py" if (package_dir / folder / "__init__.py").is_file() else f"{folder}.py"
+
+
 def check(root: Path) -> list[str]:
     package_dir = root / "python" / PACKAGE
     found = imports_of(package_dir)
@@ -155,13 +185,13 @@ def check(root: Path) -> list[str]:
     for module, imports in found.items():
         for target, line, _ in imports:
             if target == "_C" and module != "_ext":
-                problems.append(f"{module}.py:{line}: imports tensorpager._C; only _ext.py does (_ext.load())")
+                problems.append(f"{path_of(package_dir, module)}:{line}: imports tensorpager._C; only _ext.py does (_ext.load())")
                 continue
             if target not in ranks or module not in ranks or target == module:
                 continue
             edges.setdefault(module, set()).add(target)
             if ranks[target] > ranks[module]:
-                problems.append(f"{module}.py:{line}: imports {target} ({layer_name(target)}), above its layer"
+                problems.append(f"{path_of(package_dir, module)}:{line}: imports {target} ({layer_name(target)}), above its layer"
                                 f" ({layer_name(module)})")
     down_or_level = {m: {t for t in ts if ranks[t] <= ranks[m]} for m, ts in edges.items()}
     for circle in circles(down_or_level):

@@ -45,6 +45,9 @@ _FORWARDED: dict[str, str] = {
     ),
 }
 
+#: The techniques (tensorpager/techniques/) reached as tp.<name>.
+_TECHNIQUES = ("compress", "optim", "microbatch", "split", "split_loss")
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -88,9 +91,18 @@ KEYS = _keys.KEYS
 
 
 def _apply_compress(ext: Any) -> None:
-    from tensorpager import _conf, compress
+    from tensorpager import _conf
+    from tensorpager.techniques import compress
 
     compress.enable(_conf.parse_to_dict(ext.config())["compress"])
+
+
+def _undo_compress() -> None:
+    import sys
+
+    compress = sys.modules.get("tensorpager.techniques.compress")
+    if compress is not None:  # nothing to end unless the key loaded it
+        compress.disable()
 
 
 def _apply_manage(ext: Any) -> None:
@@ -100,7 +112,7 @@ def _apply_manage(ext: Any) -> None:
 
 
 # Note [Keys a higher layer applies] in _key_appliers.py.
-_key_appliers.register("compress", _apply_compress)
+_key_appliers.register("compress", _apply_compress, undo=_undo_compress)
 _key_appliers.register("manage", _apply_manage)
 
 
@@ -112,8 +124,13 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(f"tensorpager.{module}"), name)
         globals()[name] = value
         return value
-    # A submodule by name: tp.optim.AdamA, tp.compress(...) and
-    # tp.microbatch(...) (callable modules), tp._ext, tp.timeline.
+    # A technique by name: tp.optim.AdamA, tp.compress(...) and
+    # tp.microbatch(...) (callable modules).
+    if name in _TECHNIQUES:
+        value = importlib.import_module(f"tensorpager.techniques.{name}")
+        globals()[name] = value
+        return value
+    # A submodule by name: tp._ext, tp.timeline.
     if not name.startswith("__") and importlib.util.find_spec(f"tensorpager.{name}") is not None:
         return importlib.import_module(f"tensorpager.{name}")
     raise AttributeError(f"module 'tensorpager' has no attribute {name!r}")
@@ -169,9 +186,9 @@ def split_channels(model: Any = None, *, chain: Any = None, chunk_bytes: int | s
     ``split = tp.split_channels(model)``; ``split.remove()`` undoes it. A
     stem's full-size intermediates then never exist, which lowers the floor
     that no eviction reaches (docs/techniques.md). See
-    ``tensorpager.split.split_channels``.
+    ``tensorpager.techniques.split.split_channels``.
     """
-    from tensorpager import split
+    from tensorpager.techniques import split
 
     return split.split_channels(model, chain=chain, chunk_bytes=chunk_bytes)
 
@@ -179,7 +196,7 @@ def split_channels(model: Any = None, *, chain: Any = None, chunk_bytes: int | s
 def split_cross_entropy(hidden: Any, weight: Any, target: Any, **options: Any) -> Any:
     """``F.cross_entropy((hidden @ weight.t()).reshape(-1, V), target.reshape(-1))``, bit-identically,
     with the logits never whole: a language model's head and loss in row chunks (docs/techniques.md).
-    See ``tensorpager.split_loss.split_cross_entropy``."""
-    from tensorpager import split_loss
+    See ``tensorpager.techniques.split_loss.split_cross_entropy``."""
+    from tensorpager.techniques import split_loss
 
     return split_loss.split_cross_entropy(hidden, weight, target, **options)

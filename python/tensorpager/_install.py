@@ -15,7 +15,7 @@ from tensorpager import _budget_value, _conf, _ext, _key_appliers, _keys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
 # How the installed configuration chose its device; reported by config().
 _device_source: str | None = None
@@ -128,8 +128,7 @@ def uninstall() -> None:
     global _device_source
     _ext.load().uninstall()
     _device_source = None
-    if "tensorpager.compress" in sys.modules:
-        sys.modules["tensorpager.compress"].disable()  # what the compress key enabled
+    _key_appliers.undo_all()  # what the compress key enabled
 
 
 def is_installed() -> bool:
@@ -166,12 +165,21 @@ def stats() -> dict[str, int]:
     """
     ext = _ext.load()
     out = {str(k): int(v) for k, v in ext.stats().items()}
-    compress = sys.modules.get("tensorpager.compress")
-    if compress is not None:  # loaded: its stats() adds the Python-side skip counts
-        out.update(compress.stats())
-    elif hasattr(ext, "compress_stats"):
+    if hasattr(ext, "compress_stats"):
         out.update({str(k): int(v) for k, v in ext.compress_stats().items()})
+    for source in _stats_sources:  # the counters a technique keeps in Python
+        out.update(source())
     return out
+
+
+# What layers above add to stats(): compress registers its Python-side skip
+# counts when it is loaded (the face does not know it by name).
+_stats_sources: list[Callable[[], dict[str, int]]] = []
+
+
+def add_stats_source(source: Callable[[], dict[str, int]]) -> None:
+    """source() is merged into every stats() from now on."""
+    _stats_sources.append(source)
 
 
 def memory_summary() -> str:

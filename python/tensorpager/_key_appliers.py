@@ -3,7 +3,7 @@
 Note [Keys a higher layer applies]
 install() (_install.py, the allocator's face) acts on most configuration
 keys itself, but two belong to layers above it: ``compress`` to a technique
-(compress.py) and ``manage`` to the budget runtime (_managed.py). The face
+(techniques/compress.py) and ``manage`` to the budget runtime (_managed.py). The face
 must not import them (scripts/check_py_layers.py), so the package's
 __init__, which Python runs before any module of the package, registers how
 each is applied, and install() calls the applier, at its place in the order
@@ -17,11 +17,22 @@ if TYPE_CHECKING:
     from typing import Any, Callable
 
 _appliers: dict[str, Callable[[Any], None]] = {}
+_undoers: dict[str, Callable[[], None]] = {}
 
 
-def register(key: str, apply: Callable[[Any], None]) -> None:
-    """apply(ext) is what install() calls when ``key`` is set."""
+def register(key: str, apply: Callable[[Any], None], *, undo: Callable[[], None] | None = None) -> None:
+    """apply(ext) is what install() calls when ``key`` is set; undo(), if
+    given, what uninstall() calls to end what apply started (a no-op when it
+    started nothing)."""
     _appliers[key] = apply
+    if undo is not None:
+        _undoers[key] = undo
+
+
+def undo_all() -> None:
+    """Ends what the appliers started, for uninstall()."""
+    for undo in _undoers.values():
+        undo()
 
 
 def apply(key: str, ext: Any) -> None:

@@ -168,7 +168,7 @@ class Segment:
 # segment's forward reads. Those are its own tree, and the modules that a
 # technique's module runs without calling them as children (the rest of a
 # split chain, run by the split convolution: Note [Patching by class] in
-# split.py). The runtime does not know the techniques: each registers, once,
+# techniques/split.py). The runtime does not know the techniques: each registers, once,
 # a function naming what a module of it reads besides its tree.
 _also_read_by: list[Callable[[Any], Iterable[Any]]] = []
 

@@ -1,4 +1,4 @@
-"""tensorpager.optim.AdamA: Adam's trajectory at M = 1, the float64 rule for
+"""tp.optim.AdamA (tensorpager/techniques/optim.py): Adam's trajectory at M = 1, the float64 rule for
 M > 1, gradients freed as they are produced (and the memory that saves on the
 CPU adapter), convergence, checkpoints, and the lazy import.
 
@@ -22,7 +22,7 @@ pytestmark = requires_ext
 
 @pytest.fixture(scope="module")
 def AdamA():  # noqa: N802, ANN201 - the class under test
-    from tensorpager.optim import AdamA
+    from tensorpager.techniques.optim import AdamA
 
     return AdamA
 

@@ -227,7 +227,7 @@ print("UNCHANGED OK")
 
 @requires_ext
 def test_tensors_compress_leaves_exact_are_managed_by_the_budget() -> None:
-    # Note [Compress inside other hooks] in python/tensorpager/compress.py:
+    # Note [Compress inside other hooks] in python/tensorpager/techniques/compress.py:
     # inside tp.compress the budget still sees every tensor compress does not
     # compress (here all of them: none is large enough), and gradients stay
     # those of the unmanaged run. recompute=False: no segment inputs are held,

@@ -1,6 +1,6 @@
-"""tensorpager.compress: the ratio of each method, which saved tensors are
+"""tp.compress (tensorpager/techniques/compress.py): the ratio of each method, which saved tensors are
 compressed (Note [Which saved tensors are compressed] in
-python/tensorpager/compress.py), the gradient error each method costs, pool2
+python/tensorpager/techniques/compress.py), the gradient error each method costs, pool2
 training, and the memory the allocator sees.
 
 Measured gradient errors (relative L2 error against the exact gradient, small
@@ -47,7 +47,7 @@ def one_thread():  # noqa: ANN201
 @pytest.fixture
 def packed_tensors(tp, monkeypatch):  # noqa: ANN001, ANN201
     """Records (method, tensor) for every tensor handed to the C++ packer."""
-    import tensorpager.compress as compress
+    import tensorpager.techniques.compress as compress
 
     seen: list[tuple[str, torch.Tensor]] = []
     real = compress._C
@@ -92,7 +92,7 @@ def small_cnn(seed: int) -> nn.Module:
     ],
 )
 def test_packed_bytes_follow_each_methods_ratio(tp, method: str, shape: tuple[int, ...], dtype, ratio: float) -> None:
-    import tensorpager.compress as compress
+    import tensorpager.techniques.compress as compress
 
     t = torch.randn(*shape).to(dtype)
     packed = compress._C.compress_pack(t, method)
@@ -104,7 +104,7 @@ def test_packed_bytes_follow_each_methods_ratio(tp, method: str, shape: tuple[in
 
 
 def test_restore_keeps_channels_last_and_fp8_keeps_4_significant_bits(tp) -> None:
-    import tensorpager.compress as compress
+    import tensorpager.techniques.compress as compress
 
     t = torch.randn(2, 8, 6, 6).to(memory_format=torch.channels_last)
     for method in ("pool2", "bf16", "fp8"):
@@ -115,7 +115,7 @@ def test_restore_keeps_channels_last_and_fp8_keeps_4_significant_bits(tp) -> Non
 
 
 def test_integer_and_unknown_methods_are_refused_with_the_accepted_list(tp) -> None:
-    import tensorpager.compress as compress
+    import tensorpager.techniques.compress as compress
 
     assert "not one of" in compress._C.compress_why_not(torch.zeros(4, dtype=torch.int64), "bf16")
     with pytest.raises(ValueError, match="accepted: pool2, bf16, fp8, none"):
@@ -377,7 +377,7 @@ def test_the_allocator_sees_at_least_half_of_the_bytes_compression_reports_saved
 
 @pytest.mark.gpu
 def test_gpu_round_trip_keeps_device_and_bounds(tp) -> None:
-    import tensorpager.compress as compress
+    import tensorpager.techniques.compress as compress
 
     t = torch.randn(8, 16, 32, 32, device="cuda")
     for method, bound in (("bf16", 2**-8), ("fp8", 0.1)):

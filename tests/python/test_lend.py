@@ -385,7 +385,7 @@ print(json.dumps({"kept": kept}))
 
 @requires_ext
 def test_the_split_stem_lends_its_incoming_gradient_while_convolution_backward_runs() -> None:
-    # Note [The split lends its incoming gradient] in tensorpager/split.py:
+    # Note [The split lends its incoming gradient] in tensorpager/techniques/split.py:
     # after its chunks, the split's backward reads its incoming gradient no
     # more, though autograd holds it through convolution_backward. It is lent
     # for that call and given back before the backward reaches the layer

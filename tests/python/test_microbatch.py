@@ -1,4 +1,4 @@
-"""tensorpager.microbatch: the accumulated gradient is the full batch's, AdamA
+"""tp.microbatch (tensorpager/techniques/microbatch.py): the accumulated gradient is the full batch's, AdamA
 is stepped by its own rule, BatchNorm is reported (and its remedy works), and
 peak memory falls with n on the CPU adapter.
 
@@ -133,7 +133,7 @@ def test_n_out_of_range_is_refused(tp, n: int, batch: int) -> None:
 
 
 def test_batchnorm_in_training_warns_and_replace_batchnorm_is_the_remedy(tp) -> None:
-    from tensorpager.microbatch import BatchNormMicrobatchWarning, replace_batchnorm
+    from tensorpager.techniques.microbatch import BatchNormMicrobatchWarning, replace_batchnorm
 
     torch.manual_seed(5)
     model = nn.Sequential(nn.Conv2d(3, 24, 3), nn.BatchNorm2d(24), nn.ReLU(), nn.Flatten(), nn.LazyLinear(2))

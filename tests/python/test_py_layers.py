@@ -61,6 +61,13 @@ def test_only_ext_imports_the_extension(package: Path) -> None:
 
 
 def test_what_the_start_up_hook_loads_is_boot_only(package: Path) -> None:
-    add_line(package, "_startup", "from tensorpager import compress")
+    add_line(package, "_startup", "from tensorpager.techniques import compress")
     problems = check_py_layers.check(package)
-    assert any("loads compress (techniques) at interpreter start" in p for p in problems), problems
+    assert any("loads techniques.compress (techniques) at interpreter start" in p for p in problems), problems
+
+
+def test_the_runtime_cannot_name_a_technique(package: Path) -> None:
+    add_line(package, "_tracker", "def f():\n    from tensorpager.techniques import split")
+    problems = check_py_layers.check(package)
+    assert any("_tracker.py" in p and "imports techniques.split (techniques), above its layer (runtime)" in p
+               for p in problems), problems

@@ -18,8 +18,8 @@ import torchvision
 from torch import nn
 
 from tensorpager import _replay
-from tensorpager import split as split_module
-from tensorpager.split import split_channels
+from tensorpager.techniques import split as split_module
+from tensorpager.techniques.split import split_channels
 
 
 def _stem_net(momentum: float | None = 0.1, bias: bool = False, pool: bool = True) -> nn.Module:

@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tensorpager import split_loss
-from tensorpager.split_loss import split_cross_entropy
+from tensorpager.techniques import split_loss
+from tensorpager.techniques.split_loss import split_cross_entropy
 
 
 def _tied_step(split: bool, b: int, t: int, d: int, v: int, reduction: str, ignored: bool,

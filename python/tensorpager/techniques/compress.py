@@ -94,7 +94,7 @@ from typing import Any, Union
 import torch
 from torch import nn
 
-from tensorpager import _ext, _module_hooks
+from tensorpager import _ext, _install, _module_hooks
 
 __all__ = ["Compression", "METHODS", "DEFAULT_MIN_BYTES", "parse_spec", "stats", "reset_stats", "enable", "disable"]
 
@@ -374,6 +374,17 @@ def _unpack(packed: Any) -> torch.Tensor:
     return packed.restore()
 
 
+def _skip_counts() -> dict[str, int]:
+    """The counters kept here, not in C++: tensors of selected modules left exact, and shared saves."""
+    out = {f"tensorpager.compress.skipped.{reason}": _skipped.get(reason, 0)
+           for reason in ("parameter", "input", "not_conv_input", "small", "unsupported")}
+    out["tensorpager.compress.shared"] = _skipped.get("shared", 0)
+    return out
+
+
+_install.add_stats_source(_skip_counts)  # tp.stats() reports them too
+
+
 def stats() -> dict[str, int]:
     """Counters since the last reset, under ``tensorpager.compress.*`` keys:
     per method ``<m>.tensors``, ``<m>.bytes_in``, ``<m>.bytes_out``,
@@ -382,11 +393,7 @@ def stats() -> dict[str, int]:
     saved tensors of selected modules left exact (``parameter``, ``input``,
     ``not_conv_input``, ``small``, ``unsupported``); and ``shared``, saves
     served by a tensor already packed (saved by two ops)."""
-    out = {str(k): int(v) for k, v in _C.compress_stats().items()}
-    for reason in ("parameter", "input", "not_conv_input", "small", "unsupported"):
-        out[f"tensorpager.compress.skipped.{reason}"] = _skipped.get(reason, 0)
-    out["tensorpager.compress.shared"] = _skipped.get("shared", 0)
-    return out
+    return {**{str(k): int(v) for k, v in _C.compress_stats().items()}, **_skip_counts()}
 
 
 def reset_stats() -> None:

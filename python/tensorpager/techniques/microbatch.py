@@ -84,7 +84,7 @@ def _rows(micro: Any) -> int:
 
 
 def _adama_class() -> type | None:
-    optim = sys.modules.get("tensorpager.optim")  # no AdamA can exist unless it was imported
+    optim = sys.modules.get("tensorpager.techniques.optim")  # no AdamA can exist unless it was imported
     return getattr(optim, "AdamA", None)
 
 
@@ -130,7 +130,7 @@ def microbatch(
         if ms != {n} or rows % n:
             raise ValueError(f"microbatch: with AdamA, n ({n}) must equal its micro_batches ({sorted(ms)}) and "
                              f"divide the batch ({rows} rows)")
-    optim_module = sys.modules.get("tensorpager.optim")
+    optim_module = sys.modules.get("tensorpager.techniques.optim")
     folds_before = getattr(optim_module, "_fold_count", 0)
 
     warned = False
