@@ -122,22 +122,12 @@ void* caching_allocator::allocate(std::size_t bytes, stream_id stream, lifetime 
     // Bytes freed by a reclaim may not make a usable block (scattered through
     // segments still partly in use): ask again while the reclaimer frees
     // something, until a segment empties or the request fits.
-    const std::thread::id me = std::this_thread::get_id();
     for (int round = 0; round < max_reclaim_rounds; ++round) {
       const std::size_t need = shortfall(size, stream, life);
       ++stats_.num_reclaims;
-      reclaiming_.emplace_back(me, reclaim_request{size, stream, ++reclaim_calls_, life});
       lock.unlock();
-      std::size_t freed = 0;
-      try {
-        freed = r->reclaim(need, stream);
-      } catch (...) {
-        lock.lock();
-        forget_reclaim(me);
-        throw;
-      }
+      const std::size_t freed = r->reclaim(need, stream);
       lock.lock();
-      forget_reclaim(me);
       reclaimed += freed;
       stats_.reclaimed_bytes += i64(freed);
       notify(allocator_event_kind::reclaim, nullptr, need, freed);
@@ -254,20 +244,6 @@ std::optional<lifetime> caching_allocator::lifetime_of(const void* ptr) const {
   const auto it = allocated_.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (it == allocated_.end()) return std::nullopt;
   return it->second->life;
-}
-
-void caching_allocator::forget_reclaim(std::thread::id me) {
-  const auto it = std::find_if(reclaiming_.begin(), reclaiming_.end(), [&](const auto& p) { return p.first == me; });
-  if (it != reclaiming_.end()) reclaiming_.erase(it);
-}
-
-std::optional<reclaim_request> caching_allocator::current_reclaim() const {
-  std::lock_guard lock(mutex_);
-  const std::thread::id me = std::this_thread::get_id();
-  for (const auto& [id, r] : reclaiming_) {
-    if (id == me) return r;
-  }
-  return std::nullopt;
 }
 
 void caching_allocator::check_stream(stream_id stream) {

@@ -23,18 +23,6 @@
 // With expandable segments, "releases" means unmapping free granules, and it
 // comes before the reclaimer in every round: Note [Expandable segments].
 //
-// Note [Allocator-aware eviction]
-// The reclaimer is asked for bytes, but what a request needs is usable
-// bytes: a free range large enough in its own stream and pool, or memory the
-// allocator can release to grow one (whole granules of an expandable
-// segment, a wholly free plain segment). Evicting a tensor whose block sits
-// among blocks in use frees bytes that serve nothing (Coop, Zhang et al.,
-// 2022). So the allocator says, for the request a reclaim runs for
-// (current_reclaim(), recorded per thread around each reclaimer call), what
-// freeing one more block would make usable, given the victims already chosen
-// in this call (usable_if_freed): the runtime's allocator-aware victim choice
-// (runtime/allocator_aware_eviction.hpp) prefers the tensors with the most.
-//
 // Note [Expandable segments]
 // PyTorch's expandable_segments, built on the device's virtual-memory calls
 // (reserve / try_map / unmap / release). Each (stream, pool) owns a reserved
@@ -134,7 +122,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -149,16 +136,6 @@
 #include "device/event_pool.hpp"
 
 namespace tp {
-
-/// The allocation a reclaim is running for (Note [Allocator-aware eviction]).
-struct reclaim_request {
-  std::size_t size = 0;  ///< the block size asked for (rounded)
-  stream_id stream{};
-  /// Counts the allocator's calls to the reclaimer: a new value, a new call
-  /// (never reset, unlike the num_reclaims statistic).
-  std::uint64_t call = 0;
-  lifetime life = lifetime::transient;  ///< Note [Long-lived placement]
-};
 
 struct caching_allocator_options {
   /// Cap on reserved bytes; none means only the device's memory limits it.
@@ -241,17 +218,6 @@ class caching_allocator {
   /// placement]); nullopt for a pointer this allocator does not hold.
   std::optional<lifetime> lifetime_of(const void* ptr) const;
 
-  /// The request whose reclaim runs on the calling thread, inside a
-  /// reclaimer::reclaim() call this allocator made; nullopt elsewhere.
-  std::optional<reclaim_request> current_reclaim() const;
-  /// Note [Allocator-aware eviction]: the bytes that freeing the allocated
-  /// block at `ptr` would make usable for request `r`, when the allocated
-  /// blocks at `also` (victims already chosen) are freed too: whole granules
-  /// it lets an expandable segment unmap (a whole plain segment it lets the
-  /// allocator release), or r.size when the free range it completes serves r
-  /// as it is. 0 for a pointer this allocator does not hold.
-  std::size_t usable_if_freed(const void* ptr, const std::vector<const void*>& also,
-                              const reclaim_request& r) const;
   /// Bytes allocated: the most at once since the previous call (or since
   /// construction), and now; the count restarts from now. For one reader
   /// (the runtime's Note [Resident floor]); stats() peaks are untouched.
@@ -340,7 +306,6 @@ class caching_allocator {
   void count_mapped_ranges(const detail::block* b, bool mapping);
   // caching_allocator.cpp and caching_allocator_inspection.cpp
   void check_stream(stream_id stream);
-  void forget_reclaim(std::thread::id me);
   std::size_t largest_free_block_locked() const;
   static segment_snapshot snapshot_range(const detail::segment& seg, const detail::block* first,
                                          const detail::block* end, std::size_t total);
@@ -391,9 +356,6 @@ class caching_allocator {
   bool vmm_failed_ = false;           // Note [Virtual memory that fails]
   allocator_stats stats_;
   std::int64_t high_water_ = 0;  // take_allocated_high_water()
-  /// current_reclaim(): the threads inside a reclaim, and their requests.
-  std::vector<std::pair<std::thread::id, reclaim_request>> reclaiming_;
-  std::uint64_t reclaim_calls_ = 0;  // reclaim_request::call; never reset, unlike stats_
 };
 
 }  // namespace tp

@@ -7,7 +7,7 @@
 //   sim_run(trace: str, budget: int | None = None, ratio: float | None = None,
 //           policy: str = "hybrid", bandwidth_gbps: float = 50.0, latency_us: float = 5.0,
 //           compute_scale: float = 1.0, repeat: int = 2, expandable_segments: bool = False,
-//           allocator_aware: bool = False, lend: bool = False) -> dict
+//           lend: bool = False) -> dict
 //     budget (bytes) or ratio (of the unconstrained peak reserved); neither:
 //     the unconstrained replay. The dict holds sim_report's fields plus
 //     "unconstrained_peak_reserved" and "unconstrained_step_ns".
@@ -58,7 +58,7 @@ std::tuple<int, std::string, std::string> sim_main(const std::vector<std::string
 
 py::dict sim_run(const std::string& path, std::optional<std::size_t> budget, std::optional<double> ratio,
                  const std::string& policy, double bandwidth_gbps, double latency_us, double compute_scale,
-                 std::size_t repeat, bool expandable_segments, bool allocator_aware, bool lend) {
+                 std::size_t repeat, bool expandable_segments, bool lend) {
   if (budget && ratio) throw invalid_argument("sim_run: give budget (bytes) or ratio, not both");
   if (ratio && !(*ratio > 0.0 && *ratio <= 1.0)) {
     throw invalid_argument("sim_run: ratio must be in (0, 1] (a fraction of the unconstrained peak)");
@@ -71,7 +71,6 @@ py::dict sim_run(const std::string& path, std::optional<std::size_t> budget, std
   o.compute_scale = compute_scale;
   o.repeat = repeat;
   o.expandable_segments = expandable_segments;
-  o.allocator_aware = allocator_aware;
   o.lend = lend;
   sim::sim_report free_run, r;
   {
@@ -122,7 +121,7 @@ void register_sim([[maybe_unused]] py::module_& m) {
   m.def("sim_run", &sim_run, py::arg("trace"), py::arg("budget") = py::none(), py::arg("ratio") = py::none(),
         py::arg("policy") = "hybrid", py::arg("bandwidth_gbps") = 50.0, py::arg("latency_us") = 5.0,
         py::arg("compute_scale") = 1.0, py::arg("repeat") = 2, py::arg("expandable_segments") = false,
-        py::arg("allocator_aware") = false, py::arg("lend") = false,
+        py::arg("lend") = false,
         "Replays a trace (tensorpager's or a DTR log) under a budget; returns the report as a dict.");
 #endif
 }

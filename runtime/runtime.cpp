@@ -19,7 +19,6 @@ memory_runtime::memory_runtime(device& dev, caching_allocator& alloc, pinned_hos
       engine_(dev, alloc, host, opts_.offload_stream, opts_.prefetch_stream),
       recorder_(opts_.recorder),
       policy_(make_policy(opts_.policy, opts_.sample_size)),
-      aware_(opts_.allocator_aware ? std::make_unique<allocator_aware_choice>(alloc, opts_.sample_size) : nullptr),
       rng_(opts_.seed) {
   recorder_.begin_step(clock_.now_ns());
   (void)alloc_.take_allocated_high_water();  // Note [Resident floor]: this runtime's samples start now

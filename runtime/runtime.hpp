@@ -112,7 +112,6 @@
 #include "allocator/reclaimer.hpp"
 #include "core/clock.hpp"
 #include "runtime/access_recorder.hpp"
-#include "runtime/allocator_aware_eviction.hpp"
 #include "runtime/candidate_set.hpp"
 #include "runtime/eviction_policy.hpp"
 #include "runtime/lineage.hpp"
@@ -132,12 +131,6 @@ struct memory_runtime_options {
   std::optional<stream_id> prefetch_stream;  ///< none: the runtime creates one
   bool prefetch_ahead = true;      ///< follow the recorded step (Note [Prefetch distance])
   bool proactive_offload = true;   ///< offload ahead of a recorded peak
-  /// Note [Allocator-aware victims] in allocator_aware_eviction.hpp. Off by
-  /// default: on DTR's ResNet-32 log at 0.2 of its baseline it slows the dtr
-  /// policy from 1.40x to 1.48x (expandable segments) and to 3.14x (plain),
-  /// where it overrides cheap recomputes; tp-sim --allocator-aware True
-  /// measures it.
-  bool allocator_aware = false;
   std::size_t proactive_lookahead = 8;  ///< events of the recorded step looked ahead
   access_recorder::options recorder{};
   /// Register as the allocator's reclaimer for the runtime's lifetime.
@@ -320,7 +313,6 @@ class memory_runtime final : public reclaimer {
   transfer_engine engine_;
   access_recorder recorder_;
   std::unique_ptr<eviction_policy> policy_;
-  std::unique_ptr<allocator_aware_choice> aware_;  // Note [Allocator-aware victims]; null: off
   candidate_set candidates_;
   lineage lineage_;
   resident_floor floor_;  // Note [Resident floor]

@@ -26,7 +26,7 @@ std::optional<eviction_choice> memory_runtime::choose_locked(std::size_t bytes_n
                            &lineage_};
   // Policy cost is CPU time, so it is read from the wall clock, not clock_.
   const auto t0 = std::chrono::steady_clock::now();
-  auto choice = aware_ ? aware_->choose(ctx, *policy_) : policy_->choose(ctx);  // Note [Allocator-aware victims]
+  auto choice = policy_->choose(ctx);
   if (choice && choice->action == eviction_action::drop && recompute_over_limit_locked()) {
     choice->action = eviction_action::swap;  // Note [Recompute limit]
     ++stats_.recompute_limited;

@@ -136,12 +136,6 @@ cli_args parse(const std::vector<std::string>& args) {
         throw config_error(fmt::format("tp-sim: --expandable-segments '{}'; accepted: True, False", v));
       }
       a.options.expandable_segments = v == "True";
-    } else if (arg == "--allocator-aware") {
-      const std::string& v = value();
-      if (v != "True" && v != "False") {
-        throw config_error(fmt::format("tp-sim: --allocator-aware '{}'; accepted: True, False", v));
-      }
-      a.options.allocator_aware = v == "True";
     } else if (arg == "--lend") {
       const std::string& v = value();
       if (v != "True" && v != "False") throw config_error(fmt::format("tp-sim: --lend '{}'; accepted: True, False", v));
@@ -185,8 +179,7 @@ std::string cli_usage() {
          "              [--latency-us US] [--compute-scale X] [--repeat N]\n"
          "              [--no-proactive-offload] [--no-prefetch-ahead] [--sample K] [--max-split-mb MB]\n"
          "              [--ratio-of SIZE] [--ratios R,R,...] [--reference X,X,...]\n"
-         "              [--expandable-segments True|False] [--allocator-aware True|False]\n"
-         "              [--ratio-base same|plain] [--lend True|False]\n"
+         "              [--expandable-segments True|False] [--ratio-base same|plain] [--lend True|False]\n"
          "TRACE: a tensorpager trace (docs/trace_format.md) or a DTR log.\n"
          "--budget: a ratio of the unconstrained peak reserved bytes (0.5 or 0.5peak) or a size (12GiB);\n"
          "  none: only the unconstrained replay. --sweep: ratios 1.0..0.1 for every policy.\n"
@@ -195,7 +188,6 @@ std::string cli_usage() {
          "  --reference: that simulator's slowdowns at --ratios, printed beside tensorpager's.\n"
          "--expandable-segments: the allocator's segments (default False). --ratio-base plain:\n"
          "  ratios are of the unconstrained peak with plain segments (to compare the two).\n"
-         "--allocator-aware: victims by the bytes their eviction makes usable (default False).\n"
          "--lend: lend the runtime what each backward no longer needs, as tp.budget() does\n"
          "  (default False, as manage:activations).\n";
 }
@@ -212,11 +204,9 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                        a.trace_path, t.source, t.storages.size(), t.ops.size(), t.steps(),
                        static_cast<double>(t.compute_ns()) / 1e6 * a.options.compute_scale,
                        a.options.compute_scale);
-    out << fmt::format("copies: {:.1f} GB/s, {} us latency; replays: {} (the last is measured); {} segments; "
-                       "victims by {}; {}\n",
+    out << fmt::format("copies: {:.1f} GB/s, {} us latency; replays: {} (the last is measured); {} segments; {}\n",
                        a.options.bandwidth_bytes_per_s / 1e9, static_cast<double>(a.options.latency_ns) / 1e3,
                        a.options.repeat, a.options.expandable_segments ? "expandable" : "plain",
-                       a.options.allocator_aware ? "usable bytes, then policy" : "policy alone",
                        a.options.lend ? "lending" : "nothing lent");
     out << describe_least_budget(t, a.options.lend) << "\n\n";
     std::optional<std::size_t> base = a.ratio_of;

@@ -91,7 +91,6 @@ class replay {
     ro.proactive_offload = o.proactive_offload;
     ro.prefetch_ahead = o.prefetch_ahead;
     ro.sample_size = o.sample_size;
-    ro.allocator_aware = o.allocator_aware;
     rt_ = std::make_unique<memory_runtime>(dev_, alloc_, host_, clk_, ro);
   }
   ~replay() {

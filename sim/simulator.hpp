@@ -81,8 +81,6 @@ struct sim_options {
   /// thrashes on DTR's ResNet-32 log at 0.2 (3.88x, recompute 316 ms for a
   /// 292 ms step; 1.52x with plain segments).
   bool expandable_segments = false;
-  /// memory_runtime_options::allocator_aware (Note [Allocator-aware victims]).
-  bool allocator_aware = false;  // as the runtime's default
   /// Note [Lending in the simulator] (sim/lend_plan.hpp). Off by default, as
   /// `manage:activations` lends nothing and as the comparisons with DTR's
   /// simulator were measured; `tp.budget()` and `manage:all` lend.

@@ -327,44 +327,6 @@ TEST_F(ExpandableSegments, OutOfMemoryNamesTheFiguresAndChangesNothing) {
   a.deallocate(p);
 }
 
-TEST_F(ExpandableSegments, UsableIfFreedCountsWhatABlockMakesUsableForTheRequest) {
-  // Note [Allocator-aware eviction]. a [0, 1.5) b [1.5, 4) c [4, 7) d [7, 8 + 512 B) MiB.
-  caching_allocator a(rig_.dev, expandable());
-  void* pa = a.allocate(3 * MiB / 2);
-  void* pb = a.allocate(5 * MiB / 2);
-  void* pc = a.allocate(3 * MiB);
-  void* pd = a.allocate(1 * MiB + 1);
-  EXPECT_EQ(addr(pb), addr(pa) + 3 * MiB / 2);
-  EXPECT_EQ(addr(pc), addr(pa) + 4 * MiB);
-  EXPECT_EQ(addr(pd), addr(pa) + 7 * MiB);
-  const reclaim_request big{16 * MiB, default_stream, 1};
-  EXPECT_EQ(a.usable_if_freed(pa, {}, big), 0u);           // shares its granule with b
-  EXPECT_EQ(a.usable_if_freed(pa, {pb}, big), 2 * MiB);    // with b: granule [0, 2) whole
-  EXPECT_EQ(a.usable_if_freed(pb, {}, big), 2 * MiB);      // granule [2, 4)
-  EXPECT_EQ(a.usable_if_freed(pc, {}, big), 2 * MiB);      // granule [4, 6)
-  EXPECT_EQ(a.usable_if_freed(pb, {pc}, big), 2 * MiB);    // [2, 4): c's granules are c's gain
-  const reclaim_request small{2 * MiB, default_stream, 1};
-  EXPECT_EQ(a.usable_if_freed(pc, {}, small), 2 * MiB);    // 3 MiB free range: serves it as it is
-  const stream_id other = rig_.dev.create_stream();
-  EXPECT_EQ(a.usable_if_freed(pc, {}, {2 * MiB, other, 1}), 2 * MiB);  // only its granule, elsewhere
-  EXPECT_EQ(a.usable_if_freed(&g_, {}, big), 0u);          // not this allocator's
-  EXPECT_FALSE(a.current_reclaim());                       // no reclaim running
-  for (void* p : {pa, pb, pc, pd}) a.deallocate(p);
-  a.empty_cache();
-  rig_.dev.destroy_stream(other);
-}
-
-TEST_F(ExpandableSegments, UsableIfFreedOfAPlainSegmentIsTheSegmentWhenItEmpties) {
-  caching_allocator a(rig_.dev, expandable(std::nullopt, /*on=*/false));
-  void* p = a.allocate(3 * MiB);  // alone in a 20 MiB segment
-  void* q = a.allocate(3 * MiB);
-  const reclaim_request r{24 * MiB, default_stream, 1};
-  EXPECT_EQ(a.usable_if_freed(p, {}, r), 0u);
-  EXPECT_EQ(a.usable_if_freed(p, {q}, r), 20 * MiB);
-  a.deallocate(p);
-  a.deallocate(q);
-}
-
 TEST_F(ExpandableSegments, DestroyingTheAllocatorReturnsEverything) {
   {
     caching_allocator a(rig_.dev, expandable());

@@ -44,8 +44,8 @@ void run_fuzz(std::uint64_t seed, std::uint64_t ops) {
   c.latency_ns = std::int64_t(uniform(0, 3)) * 1000;
   c.bandwidth = uniform(0, 1) == 0 ? 0.0 : 4e9;
   if (uniform(0, 3) == 0) c.host_budget = std::size_t{uniform(1, 8)} * MiB;
-  // Segments and allocator-aware victims from a generator of their own, so
-  // that a seed's operations stay what they were before these were drawn.
+  // Segments from a generator of their own, so that a seed's operations stay
+  // what they were before they were drawn.
   std::mt19937_64 layout(seed ^ 0x6167'6172'6e75'6c65ULL);
   c.expandable = layout() % 2 == 0;
   runtime_rig rig(c);
@@ -53,8 +53,7 @@ void run_fuzz(std::uint64_t seed, std::uint64_t ops) {
   o.policy = static_cast<policy_kind>(uniform(0, 3));
   o.sample_size = std::size_t(uniform(1, 8));
   o.seed = seed;
-  o.allocator_aware = layout() % 2 == 0;  // Note [Allocator-aware victims]
-  std::printf("runtime fuzz: expandable %d, allocator-aware %d\n", int(c.expandable), int(o.allocator_aware));
+  std::printf("runtime fuzz: expandable %d\n", int(c.expandable));
   memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, o);
   std::vector<live> tensors;
   std::uint64_t next_seed = 1;

@@ -77,15 +77,6 @@ TEST_F(Cli, SweepPrintsATableAndWritesAPlot) {
   EXPECT_EQ(text, read_file(svg + ".2"));
 }
 
-TEST_F(Cli, AllocatorAwareVictimsCanBeTurnedOffAndTheHeaderSaysWhich) {
-  ASSERT_EQ(run({path_, "--budget", "0.5", "--allocator-aware", "True"}), 0) << err_.str();
-  EXPECT_NE(out_.str().find("victims by usable bytes, then policy"), std::string::npos) << out_.str();
-  ASSERT_EQ(run({path_, "--budget", "0.5"}), 0) << err_.str();  // default: off
-  EXPECT_NE(out_.str().find("victims by policy alone"), std::string::npos) << out_.str();
-  EXPECT_EQ(run({path_, "--allocator-aware", "maybe"}), 2);
-  EXPECT_NE(err_.str().find("--allocator-aware 'maybe'; accepted: True, False"), std::string::npos) << err_.str();
-}
-
 TEST_F(Cli, LendingCanBeTurnedOnAndTheLeastBudgetIsSaidUpFront) {
   ASSERT_EQ(run({path_, "--budget", "0.5"}), 0) << err_.str();  // default: nothing lent
   EXPECT_NE(out_.str().find("; nothing lent\n"), std::string::npos) << out_.str();
