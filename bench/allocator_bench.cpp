@@ -1,3 +1,4 @@
+// Over 400 lines because it is one benchmark program: each workload is a case of both passes, named once here.
 // tp_allocator_bench: tp::caching_allocator over tp::simulated_device, beside
 // the uncached upstream (the device's own try_allocate/deallocate) in the
 // same run. Four workloads: the cached fast path per size, a mixed-size

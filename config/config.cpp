@@ -24,6 +24,7 @@ namespace {
 
 using config_text::iequals;
 using config_text::is_blank;
+using config_text::split_entries;
 using config_text::trim;
 
 // Note [Expandable segments by default]
@@ -128,7 +129,6 @@ constexpr std::array<choice<device_kind>, 2> device_choices = {{
     {"cuda", device_kind::cuda},
     {"cpu", device_kind::cpu},
 }};
-
 
 template <typename E, std::size_t N>
 std::string_view name_of(const std::array<choice<E>, N>& choices, E v) {
@@ -288,24 +288,6 @@ void apply(config& c, const entry_context& ctx) {
   throw config_error(fmt::format("{}: in '{}': {}. Entries are key:value separated by ','; "
                                  "accepted keys: {}",
                                  source, entry, problem, all_key_names()));
-}
-
-// Splits on ',' (outside brackets when bracket_aware), keeping empty pieces.
-std::vector<std::string_view> split_entries(std::string_view text, bool bracket_aware) {
-  std::vector<std::string_view> out;
-  int depth = 0;
-  std::size_t start = 0;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char ch = text[i];
-    if (bracket_aware && ch == '[') ++depth;
-    if (bracket_aware && ch == ']' && depth > 0) --depth;
-    if (ch == ',' && depth == 0) {
-      out.push_back(text.substr(start, i - start));
-      start = i + 1;
-    }
-  }
-  out.push_back(text.substr(start));
-  return out;
 }
 
 }  // namespace

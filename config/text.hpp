@@ -1,11 +1,12 @@
 #pragma once
 // The configuration grammar's text helpers: what counts as a blank, trimming
-// blanks, and comparing names without regard to case. One copy for the key
-// parser, the size parser, the compress spec and the formatter, so that they
-// agree on what they trim.
+// blanks, comparing names without regard to case, and splitting entries. One
+// copy for the key parser, the size parser, the compress spec and the
+// formatter, so that they agree on what they trim.
 
 #include <cstddef>
 #include <string_view>
+#include <vector>
 
 namespace tp::config_text {
 
@@ -29,6 +30,25 @@ constexpr bool iequals(std::string_view a, std::string_view b) noexcept {
     if (x != y) return false;
   }
   return true;
+}
+
+/// text split at ',' (outside square brackets when bracket_aware), empty
+/// pieces kept. Pure; the pieces view text.
+inline std::vector<std::string_view> split_entries(std::string_view text, bool bracket_aware) {
+  std::vector<std::string_view> out;
+  int depth = 0;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (bracket_aware && ch == '[') ++depth;
+    if (bracket_aware && ch == ']' && depth > 0) --depth;
+    if (ch == ',' && depth == 0) {
+      out.push_back(text.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  out.push_back(text.substr(start));
+  return out;
 }
 
 }  // namespace tp::config_text

@@ -1,4 +1,5 @@
 #pragma once
+// Over 400 lines because fuzz_run is one class whose workers, driver thread and invariant checks share one model.
 // fuzz_run: randomised operation sequences against the caching allocator on
 // the simulated device, with a model of the live blocks and invariant checks.
 //

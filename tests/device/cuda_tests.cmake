@@ -14,7 +14,8 @@ tp_discover_tests(cuda_device_test LABELS gpu device)
 # cuda_device over a stand-in driver library that enforces CUDA's per-context
 # rules (fake_libcuda.cpp), with the device and allocator conformance suites.
 add_library(tp_fake_libcuda MODULE
-  ${CMAKE_CURRENT_LIST_DIR}/fake_libcuda.cpp ${CMAKE_CURRENT_LIST_DIR}/fake_libcuda_vmm.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/fake_libcuda.cpp ${CMAKE_CURRENT_LIST_DIR}/fake_libcuda_streams.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/fake_libcuda_vmm.cpp)
 target_include_directories(tp_fake_libcuda SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
 target_include_directories(tp_fake_libcuda PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(tp_fake_libcuda PRIVATE tp_warnings)

@@ -1,7 +1,7 @@
 #pragma once
-// The device conformance suite: TEST_P cases (device_conformance.cpp) that
-// every tp::device must pass, on a GPU or simulated. A device's test file
-// instantiates them with its factory:
+// The device conformance suite: TEST_P cases (device_conformance.cpp,
+// device_conformance_copies.cpp) that every tp::device must pass, on a GPU or
+// simulated. A device's test file instantiates them with its factory:
 //   INSTANTIATE_TEST_SUITE_P(Cuda, DeviceConformance,
 //                            ::testing::Values(tp::testing::device_factory{"cuda", ...}),
 //                            tp::testing::device_factory_name);

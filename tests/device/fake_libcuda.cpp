@@ -23,8 +23,8 @@
 // CUDA_ERROR_INVALID_HANDLE, ...). The environment variable
 // TP_FAKE_CUDA_DEVICES (default 2) sets the device count; 0 makes cuInit fail
 // with CUDA_ERROR_NO_DEVICE. tp_fake_cuda_* functions let tests look inside.
-// Virtual memory is in fake_libcuda_vmm.cpp; the shared state in
-// fake_libcuda_state.hpp.
+// Virtual memory is in fake_libcuda_vmm.cpp, streams and events in
+// fake_libcuda_streams.cpp; the shared state in fake_libcuda_state.hpp.
 
 #include <cuda.h>
 
@@ -271,85 +271,6 @@ CUresult CUDAAPI memcpy_peer_async(CUdeviceptr dst, CUcontext dst_ctx, CUdevicep
   std::memcpy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
   return CUDA_SUCCESS;
 }
-
-CUresult CUDAAPI stream_create(CUstream* h, unsigned int flags) {
-  state_t& s = state();
-  if (CUresult r = enter_ctx(s); r != CUDA_SUCCESS) return r;
-  if (flags > CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
-  lock l(s.mutex);
-  auto* st = new stream_st{current};
-  s.streams.insert(st);
-  *h = reinterpret_cast<CUstream>(st);
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI stream_destroy(CUstream h) {
-  state_t& s = state();
-  if (CUresult r = enter_ctx(s); r != CUDA_SUCCESS) return r;
-  lock l(s.mutex);
-  auto* st = reinterpret_cast<stream_st*>(h);
-  if (h == nullptr || s.streams.erase(st) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  delete st;
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI stream_synchronize(CUstream h) {
-  state_t& s = state();
-  s.stream_synchronizes.fetch_add(1);
-  if (CUresult r = enter_ctx(s); r != CUDA_SUCCESS) return r;
-  lock l(s.mutex);
-  return stream_ctx(s, h) != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
-
-CUresult CUDAAPI stream_wait_event(CUstream h, CUevent e, unsigned int flags) {
-  state_t& s = state();
-  if (CUresult r = enter_ctx(s); r != CUDA_SUCCESS) return r;
-  lock l(s.mutex);
-  if (flags != 0 || s.events.count(reinterpret_cast<event_st*>(e)) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  // The event may be of another context; the stream must be usable here.
-  return stream_ctx(s, h) == current ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
-
-CUresult CUDAAPI event_create(CUevent* e, unsigned int flags) {
-  state_t& s = state();
-  if (CUresult r = enter_ctx(s); r != CUDA_SUCCESS) return r;
-  if ((flags & ~0x7u) != 0) return CUDA_ERROR_INVALID_VALUE;
-  lock l(s.mutex);
-  auto* ev = new event_st{current};
-  s.events.insert(ev);
-  *e = reinterpret_cast<CUevent>(ev);
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI event_destroy(CUevent e) {
-  state_t& s = state();
-  if (CUresult r = enter(s); r != CUDA_SUCCESS) return r;
-  lock l(s.mutex);
-  auto* ev = reinterpret_cast<event_st*>(e);
-  if (s.events.erase(ev) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  delete ev;
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI event_record(CUevent e, CUstream h) {
-  state_t& s = state();
-  if (CUresult r = enter_ctx(s); r != CUDA_SUCCESS) return r;
-  lock l(s.mutex);
-  auto* ev = reinterpret_cast<event_st*>(e);
-  if (s.events.count(ev) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  context_st* c = stream_ctx(s, h);
-  if (c == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  return c == ev->ctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;  // "must be from the same context"
-}
-
-CUresult CUDAAPI event_query(CUevent e) {
-  state_t& s = state();
-  if (CUresult r = enter(s); r != CUDA_SUCCESS) return r;
-  lock l(s.mutex);
-  return s.events.count(reinterpret_cast<event_st*>(e)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
-
-CUresult CUDAAPI event_synchronize(CUevent e) { return event_query(e); }
 
 struct entry {
   const char* name;

@@ -1,8 +1,9 @@
 #pragma once
 // The state of the stand-in CUDA driver (fake_libcuda.cpp, which says what it
-// models), shared by its two files: fake_libcuda.cpp (devices, contexts,
-// memory, streams, events, the entry-point table) and fake_libcuda_vmm.cpp
-// (virtual memory). Private to the tp_fake_libcuda library.
+// models), shared by its three files: fake_libcuda.cpp (devices, contexts,
+// memory, copies, the entry-point table), fake_libcuda_streams.cpp (streams,
+// events) and fake_libcuda_vmm.cpp (virtual memory). Private to the
+// tp_fake_libcuda library.
 
 #include <cuda.h>
 
@@ -84,6 +85,18 @@ inline context_st* stream_ctx(state_t& s, CUstream h) {
   auto* st = reinterpret_cast<stream_st*>(h);
   return s.streams.count(st) ? st->ctx : nullptr;
 }
+
+// --- streams and events (fake_libcuda_streams.cpp) ---------------------------------
+
+CUresult CUDAAPI stream_create(CUstream* h, unsigned int flags);
+CUresult CUDAAPI stream_destroy(CUstream h);
+CUresult CUDAAPI stream_synchronize(CUstream h);
+CUresult CUDAAPI stream_wait_event(CUstream h, CUevent e, unsigned int flags);
+CUresult CUDAAPI event_create(CUevent* e, unsigned int flags);
+CUresult CUDAAPI event_destroy(CUevent e);
+CUresult CUDAAPI event_record(CUevent e, CUstream h);
+CUresult CUDAAPI event_query(CUevent e);
+CUresult CUDAAPI event_synchronize(CUevent e);
 
 // --- virtual memory (fake_libcuda_vmm.cpp) -----------------------------------------
 

@@ -1,7 +1,7 @@
 #pragma once
 // Buffers of a simulated device for its tests (simulated_device_test.cpp,
-// simulated_device_threads_test.cpp): they are host memory, so the tests read
-// and write them directly.
+// simulated_device_checks_test.cpp, simulated_device_threads_test.cpp): they
+// are host memory, so the tests read and write them directly.
 
 #include <cstddef>
 #include <cstring>
