@@ -39,9 +39,11 @@ LAYERS: dict[str, list[str]] = {  # bottom up
     "boot": ["_keys", "_key_appliers", "_conf", "_torch_alloc_conf"],
     "extension": ["_ext"],
     "allocator": ["_module_hooks", "_budget_value", "_install", "_graphs", "timeline", "trace", "viz", "sim"],
-    "runtime": ["_steps", "_replay", "_lend", "_tracker", "_runtime", "_managed"],
-    "techniques": ["techniques", "techniques.compress", "techniques.optim", "techniques.microbatch",
-                   "techniques.split", "techniques.split_loss"],
+    "runtime": ["_steps", "_compiled", "_replay", "_producers", "_open_lender", "_lend", "_tracker", "_runtime",
+                "_exit_report", "_managed"],
+    "techniques": ["techniques", "techniques.compress", "techniques.compress_spec", "techniques.compress_pack",
+                   "techniques.optim", "techniques.microbatch", "techniques.split", "techniques.split_chain",
+                   "techniques.split_loss"],
     "entry": ["__init__", "__main__", "_startup", "_import_hook"],
 }
 START_UP = "_startup"

@@ -47,6 +47,12 @@ SHARED_KEYS: tuple[str, ...] = ("expandable_segments",)
 #: Choice keys whose values are True and False (``tp.install(key=True)``).
 BOOL_KEYS: tuple[str, ...] = ("expandable_segments",)
 
+#: The values of the ``manage`` key that turn the runtime on process-wide:
+#: ``all`` lends parameters, gradients and optimizer state during backward as
+#: well (Note [Lending parameters and gradients] in _lend.py).
+MANAGE_ACTIVATIONS = "activations"
+MANAGE_ALL = "all"
+
 #: The value of ``backend`` that selects tensorpager. Any other backend
 #: (native, cudaMallocAsync) leaves PyTorch's allocator in charge.
 TENSORPAGER_BACKEND = "tensorpager"

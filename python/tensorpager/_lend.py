@@ -30,8 +30,8 @@ lender must see that nothing reads a lent storage:
 - Everything lent is given back, restored and untracked, when the backward
   ends (an engine callback), before the optimizer or the next forward can
   read it; and when the backward raises (Note [A backward that raises gives
-  everything back]). Also, as a fallback, at the next step boundary and when
-  the budget ends. A saved parameter that is unpacked
+  everything back] in _open_lender.py). Also, as a fallback, at the next
+  step boundary and when the budget ends. A saved parameter that is unpacked
   again (a second backward through a retained graph) is given back first, and
   so is a parameter of a segment that tensorpager replays, which is lent
   again once the replay has run.
@@ -45,7 +45,7 @@ lender must see that nothing reads a lent storage:
   the size of each weight between weights that stay, in granules the
   allocator cannot unmap. A ResNet-18 whose stem is split ran out of memory
   in the next forward at 0.3 of its peak with 8.4 MiB of such holes between
-  layer3's weights (tests/python/test_budget_resnet18.py).
+  layer3's weights (docs/budget.md).
 - Nothing is lent while ``torch.distributed`` is initialized (DDP's
   collectives read gradients and buckets outside autograd's order), nor a
   tensor that shares its storage with any other tensor at that moment (a
@@ -63,9 +63,10 @@ process lends under ``manage:all``, not under ``manage:activations``.
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 import weakref
+
+from tensorpager import _open_lender
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -73,50 +74,6 @@ if TYPE_CHECKING:
 
 
 MIN_STATE_BYTES = 64 << 10  # optimizer state smaller than this stays put
-
-# Note [A backward that raises gives everything back]
-# The engine's callbacks run only when a backward completes. One that raises
-# (a hook's error; a KeyboardInterrupt, which lands where most of a step's
-# time goes) left the parameters, gradients and optimizer state it had lent
-# on the host behind stand-in storages until the next forward, so the
-# program's own handler could not save them (state_dict() raised "lent to
-# the budget runtime"). So the engine's entry, torch.autograd's
-# _engine_run_backward (every backward() and grad() goes through it), is
-# wrapped while a lender exists: on any exception the active lender gives
-# everything back before the exception reaches the program. A give-back that
-# fails too (out of memory) is added to the exception as a note; the loan
-# stays for give_back_all().
-
-
-def _give_back_when_a_backward_raises() -> None:
-    """Wraps torch.autograd's engine entry once (Note [A backward that raises gives everything back])."""
-    import torch.autograd as autograd
-
-    run = autograd._engine_run_backward
-    if getattr(run, "_tensorpager_gives_back", False):
-        return
-
-    @functools.wraps(run)
-    def _engine_run_backward(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return run(*args, **kwargs)
-        except BaseException as error:
-            _give_back_after(error)
-            raise
-
-    _engine_run_backward._tensorpager_gives_back = True  # type: ignore[attr-defined]
-    autograd._engine_run_backward = _engine_run_backward
-
-
-def _give_back_after(error: BaseException) -> None:
-    lender = _open_lender()
-    if lender is None or not (lender.lent or lender.in_backward):
-        return
-    try:
-        lender.give_back_all()
-    except Exception as e:  # noqa: BLE001 - the program's exception is the one to raise
-        error.add_note(f"tensorpager: giving back the state lent during this backward failed too: {e}")
-
 
 class SavedParameter:
     """What the pack hook returns for a parameter (or a view of one)."""
@@ -158,8 +115,7 @@ class Lender:
         import torch.optim.optimizer as optim
 
         self.optimizer_hook = optim.register_optimizer_step_post_hook(self._stepped)
-        _give_back_when_a_backward_raises()
-        _open.add(self)
+        _open_lender.opened(self)
 
     # --- the saved-tensor hooks' side ----------------------------------------------------
     def saved(self, handle: Any, t: Any) -> SavedParameter:
@@ -329,7 +285,7 @@ class Lender:
         try:
             self.give_back_all()
         finally:
-            _open.discard(self)
+            _open_lender.closed(self)
             self.optimizer_hook.remove()
             for h in self.hooks.values():
                 h.remove()
@@ -338,15 +294,5 @@ class Lender:
 
 def lent_while(t: Any) -> contextlib.AbstractContextManager[None]:
     """Lender.lent_while(t) of the active budget, if it lends; else nothing."""
-    lender = _open_lender()
+    lender = _open_lender.current()
     return contextlib.nullcontext() if lender is None else lender.lent_while(t)
-
-
-# The lender of the budget block that is open, if it lends (a process has at
-# most one block at a time): what the wrapped engine entry and lent_while()
-# reach, without asking the runtime for its active block.
-_open: weakref.WeakSet[Lender] = weakref.WeakSet()
-
-
-def _open_lender() -> Lender | None:
-    return next(iter(_open), None)

@@ -23,6 +23,7 @@ Allocator layer: imports torch when the first subscriber subscribes.
 
 from __future__ import annotations
 
+import sys
 import threading
 
 TYPE_CHECKING = False
@@ -79,3 +80,15 @@ def subscribe(pre: Pre, post: Post) -> Subscription:
             _handles.append(nn_module.register_module_forward_hook(_post, with_kwargs=True, always_call=True))
         _subscribers = (*_subscribers, pair)
     return Subscription(pair)
+
+
+def call_impl_frame() -> Any:
+    """The frame of the innermost ``nn.Module._call_impl`` running: the
+    module call whose forward pre hooks run now (called from a subscriber's pre hook)."""
+    from torch import nn
+
+    code = nn.Module._call_impl.__code__
+    f = sys._getframe(2)
+    while f is not None and f.f_code is not code:
+        f = f.f_back
+    return f

@@ -13,7 +13,7 @@ for backward, copying them to pinned host memory (swap) or dropping those it
 can recompute, and brings them back when backward needs them. The C++ side is
 ``hooks/budget/`` (Note [Saved storages], Note [Session lifetime]); this
 module is the block; the saved-tensor hooks and module recompute that need
-Python are in ``_tracker.py`` (Note [Segments], Note [torch.compile]).
+Python are in ``_tracker.py`` (Note [Segments]; Note [torch.compile] in ``_compiled.py``).
 
 Note [Step boundaries]
 The runtime learns one step's access sequence and uses it in the next

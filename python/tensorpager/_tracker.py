@@ -22,29 +22,6 @@ version to show it, and a replay would then compute from other values than
 the first run, which autograd's own saved tensors still hold. Which storages are dropped, and when, is the policy's
 choice (``policy`` key), not the user's.
 
-Note [torch.compile]
-torch.compile traces Python, and the module and saved-tensor hooks are
-Python: traced, they would either break the trace (pybind calls, per-call
-state) or be baked into the graph. So every hook returns at once while
-torch.compile traces (``torch.compiler.is_compiling()``); the compiled code
-runs with the hooks left out, and unpack hands back a tensor that a compiled
-graph saved itself. Measured on the CPU (torch 2.11, an MLP of 6 blocks;
-``tests/python/test_compile.py``):
-
-- ``torch.compile(model)``: the compiled graph saves through tensorpager's
-  hooks when it runs (30 of 46 saved tensors managed, as in eager), but its
-  forward holds every activation until it returns and its backward unpacks
-  them all at once, so no budget below the region's peak fits (0.95 runs out
-  of memory);
-- ``module.compile()`` on each block: the hooks are traced into the graph,
-  as nothing, and the blocks' saved tensors are not managed at all (the
-  budget floor says so at the first step).
-
-In both, values stay bit-identical to the same compiled model without a
-budget. Before, a compiled module under a budget failed to compile (dynamo
-traced the module hooks). The first compiled module the tracker sees gets
-one warning saying this.
-
 Note [A forward that a BaseException ended]
 PyTorch runs ``always_call`` forward hooks when a forward raises an
 Exception, not a BaseException: a KeyboardInterrupt (Ctrl-C, SIGINT) or a
@@ -55,7 +32,9 @@ more iterations). The tracker keeps the outermost forward's frame while it
 runs; a module forward that finds it no longer among its callers forgets the
 stack and the half-recorded segment, and starts at the outermost level.
 
-Steps (Note [A step is an optimizer step]) are told apart in ``_steps.py``.
+What the hooks do under torch.compile is Note [torch.compile] in
+``_compiled.py``. Steps (Note [A step is an optimizer step]) are told apart in
+``_steps.py``.
 """
 
 from __future__ import annotations
@@ -63,10 +42,9 @@ from __future__ import annotations
 import sys
 import threading
 import time
-import weakref
 from functools import partial
 
-from tensorpager import _lend, _replay, _steps
+from tensorpager import _compiled, _lend, _module_hooks, _producers, _replay, _steps
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -96,7 +74,7 @@ class Tracker:
         self.stack: list[Any] = []
         self.outer_frame: Any = None  # the outermost forward's frame while it runs
         self.segment: _replay.Segment | None = None  # the segment whose forward is running
-        self.producers: dict[int, tuple[Any, _replay.Segment, int]] = {}  # storage key -> (weak output, segment, index)
+        self.producers = _producers.Producers(self)
         self.unpacked = False
         self.suspended = 0  # > 0 while a replay runs: hooks stand aside
         self.steps = 0
@@ -106,11 +84,11 @@ class Tracker:
         self.measured_peak: int | None = None
         # Called with the exception when the outermost module's forward raised
         # (the managed process mends its out-of-memory hint: Note [The
-        # out-of-memory hint in a managed process] in _managed.py).
+        # out-of-memory hint in a managed process] in _exit_report.py).
         self.forward_raised: Callable[[BaseException | None], None] | None = None
         # Note [A step is an optimizer step] in _steps.py.
         self.iterations = _steps.Steps(lambda: self.thread, self._first_optimizer_step)
-        self.warned_compiled = False  # Note [torch.compile]
+        self.warned_compiled = False  # Note [torch.compile] in _compiled.py
         self.scanned: set[int] = set()  # ids of outermost modules looked through for compiled ones
 
     # --- saved-tensor hooks ------------------------------------------------------------
@@ -118,7 +96,7 @@ class Tracker:
         # Every saved tensor comes back through a SavedTensor, managed or not,
         # so that unpack checks its version as autograd does without hooks
         # (Note [In-place changes to saved tensors] in hooks/saved_version.hpp).
-        if _compiling():
+        if _compiled.compiling():
             return t  # traced by torch.compile: the compiled graph saves t itself (Note [torch.compile])
         seg = self.segment
         index = -1
@@ -133,15 +111,15 @@ class Tracker:
             return h
         if h.fresh and seg is not None:
             if h.key in seg.input_keys:
-                self._link_producer(h)  # an input: recomputable by the segment that made it, if any
+                self.producers.link(h)  # an input: recomputable by the segment that made it, if any
             else:
                 seg.pending.append((h, index, time.perf_counter_ns() - seg.t0, h.version))
         elif h.fresh:
-            self._link_producer(h)
+            self.producers.link(h)
         return h
 
     def unpack(self, x: Any) -> Any:
-        if _compiling() or not hasattr(x, "unpack"):
+        if _compiled.compiling() or not hasattr(x, "unpack"):
             return x  # a tensor a compiled graph saved itself (Note [torch.compile])
         self.unpacked = True
         if self.lender is not None:
@@ -152,7 +130,7 @@ class Tracker:
 
     # --- module hooks ------------------------------------------------------------------
     def pre_forward(self, module: Any, args: tuple) -> None:
-        if _compiling() or self.suspended:
+        if _compiled.compiling() or self.suspended:
             return
         if threading.get_ident() != self.thread and not self._follow_this_thread():
             return
@@ -161,16 +139,16 @@ class Tracker:
             self._forget_interrupted_forward()  # Note [A forward that a BaseException ended]
             depth = 0
         if depth == 0:
-            self.outer_frame = _call_impl_frame()  # the outermost module's
+            self.outer_frame = _module_hooks.call_impl_frame()  # the outermost module's
         if depth == 0 and not self.warned_compiled and id(module) not in self.scanned:
             # A module compiled in place runs its hooks only while traced: look
             # for it from the outermost module, once (Note [torch.compile]).
             self.scanned.add(id(module))
-            if any(_compiled(m) for m in module.modules()):
+            if any(_compiled.compiled(m) for m in module.modules()):
                 self.warned_compiled = True
                 import warnings
 
-                warnings.warn(COMPILED_WARNING, RuntimeWarning, stacklevel=4)  # _module_hooks, _call_impl
+                warnings.warn(_compiled.WARNING, RuntimeWarning, stacklevel=4)  # _module_hooks, _call_impl
         self.stack.append(module)
         # Without grad (no_grad, inference_mode: evaluation) autograd saves
         # nothing, so a forward there neither starts a step nor is a segment.
@@ -223,7 +201,7 @@ class Tracker:
     def post_forward(self, module: Any, args: tuple, *rest: Any) -> None:
         # (kwargs, output) normally; torch passes fewer when the forward
         # raised (always_call), and then the segment is dropped below.
-        if _compiling() or self.suspended or not self.stack or threading.get_ident() != self.thread:
+        if _compiled.compiling() or self.suspended or not self.stack or threading.get_ident() != self.thread:
             return
         kwargs, output = rest if len(rest) == 2 else (None, None)
         self.stack.pop()
@@ -242,7 +220,7 @@ class Tracker:
         pending, seg.pending = seg.pending, []
         if any(t._version != v for t, v in versions):
             return  # changed an input in place: cannot be replayed (Note [Segments])
-        (seg.args, seg.kwargs), foreign = self._hold((args, kwargs))  # one pass: aliases stay aliases
+        (seg.args, seg.kwargs), foreign = _producers.hold_inputs(self.ext, self.producers, (args, kwargs))  # one pass: aliases stay aliases
         if foreign:
             seg.args = seg.kwargs = None
             return  # reads memory tensorpager cannot vouch for (Note [Segments])
@@ -260,69 +238,7 @@ class Tracker:
         for j, o in enumerate(outputs):
             key = _replay.storage_key(o)
             if key is not None and key not in seg.input_keys:
-                self._add_producer(key, o, seg, j)
-
-    def _hold(self, tree: Any) -> tuple[Any, bool]:
-        """The tensors of tree as _replay.HeldInputs, and whether one of them is
-        foreign: memory of another allocator or device (a NumPy array's, say),
-        which can change with no version to show it."""
-        import torch
-        from torch.utils._pytree import tree_map
-
-        held: dict[int, _replay.HeldInput] = {}
-        foreign = False
-
-        def hold(x: Any) -> Any:
-            if not isinstance(x, torch.Tensor):
-                return x
-            if id(x) in held:
-                return held[id(x)]
-            held[id(x)] = h = hold_one(x)
-            return h
-
-        def hold_one(x: Any) -> _replay.HeldInput:
-            if (x.is_leaf and x.requires_grad) or not _replay.has_storage(x):
-                return _replay.HeldInput(None, x, x.requires_grad)
-            nonlocal foreign
-            h = self.ext.pack(x)
-            if not h.managed:
-                foreign = foreign or x.numel() > 0
-                return _replay.HeldInput(h, None, x.requires_grad)
-            if h.fresh:
-                self._link_producer(h)
-            return _replay.HeldInput(h, None, x.requires_grad)
-
-        args, kwargs = tree
-        if not kwargs and type(args) is tuple and all(isinstance(a, torch.Tensor) for a in args):
-            return (tuple(hold(a) for a in args), kwargs), foreign  # most calls, without pytree
-        return tree_map(hold, tree), foreign
-
-    def _add_producer(self, key: int, out: Any, seg: _replay.Segment, index: int) -> None:
-        # The entry lives as long as the output tensor: only a live output can
-        # later be adopted as another segment's input, and the segment (with
-        # the inputs it keeps) must not outlive it for nothing.
-        def forget(ref: Any) -> None:
-            entry = self.producers.get(key)
-            if entry is not None and entry[0] is ref:
-                del self.producers[key]
-
-        self.producers[key] = (weakref.ref(out, forget), seg, index, out._version)
-
-    def _link_producer(self, h: Any) -> None:
-        entry = self.producers.get(h.key)
-        if entry is None:
-            return
-        out_ref, seg, index, version = entry
-        out = out_ref()
-        # The weak reference guards against a reused address: the producer's
-        # output must still be alive and still use this storage. A replay
-        # rebuilds the output as the producer returned it, so it may stand in
-        # only while the storage is still at that version: not after a
-        # consumer changed it in place (ReLU(inplace=True) at the start of the
-        # next segment); Note [Recompute reproduces one version].
-        if out is None or _replay.storage_key(out) != h.key or h.version != version:
-            return
-        h.set_recompute(partial(seg.replay, self, "output", index), seg.cost_ns, version)
+                self.producers.add(key, o, seg, j)
 
     # --- steps: Note [A step is an optimizer step] in _steps.py ----------------------
     def _first_optimizer_step(self) -> None:
@@ -357,27 +273,6 @@ class Tracker:
         self.iterations.close()
 
 
-COMPILED_WARNING = (
-    "tensorpager: a torch.compile'd module runs under the budget. The activations of a compiled region stay on"
-    " the device until it returns, and its backward needs them all at once (a module compiled in place with"
-    " .compile() saves them outside tensorpager's reach), so a budget below the region's peak runs out of memory;"
-    " values stay exact. Leave the layers that hold most activations uncompiled to train below the peak"
-    " (Note [torch.compile] in tensorpager/_tracker.py)."
-)
-
-
-def _call_impl_frame() -> Any:
-    """The frame of the innermost ``nn.Module._call_impl`` running: the
-    module call whose forward pre hooks run now (through _module_hooks)."""
-    from torch import nn
-
-    code = nn.Module._call_impl.__code__
-    f = sys._getframe(2)
-    while f is not None and f.f_code is not code:
-        f = f.f_back
-    return f
-
-
 class _ExitWithThread:
     """Exits saved-tensor hooks on the thread that entered them, when it ends.
 
@@ -401,15 +296,3 @@ OTHER_THREAD_WARNING = (
     " another thread, and what it saves for backward stays on the device, outside the budget"
     " (Note [The managed thread] in tensorpager/_managed.py)."
 )
-
-
-def _compiled(module: Any) -> bool:
-    """Whether module runs compiled: torch.compile(module) or module.compile()."""
-    return type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None) is not None
-
-
-def _compiling() -> bool:
-    """Whether torch.compile is tracing this call (Note [torch.compile])."""
-    import torch
-
-    return torch.compiler.is_compiling()

@@ -48,7 +48,6 @@ def simulate(
     compute_scale: float = 1.0,
     repeat: int = 2,
     expandable_segments: bool = False,
-    allocator_aware: bool = False,
     lend: bool = False,
 ) -> dict[str, Any]:
     """Replays ``trace`` under ``budget`` with ``policy`` and returns the report.
@@ -62,7 +61,7 @@ def simulate(
         bandwidth_gbps, latency_us: the copy model (defaults: PCIe 5.0 x16, pinned).
         compute_scale: multiplies the recorded operator times.
         repeat: replays of the trace; the last is measured.
-        expandable_segments, allocator_aware, lend: as tp-sim's flags of the
+        expandable_segments, lend: as tp-sim's flags of the
             same names (docs/trace_format.md); all off by default, as there.
 
     Returns:
@@ -94,7 +93,6 @@ def simulate(
             compute_scale=float(compute_scale),
             repeat=int(repeat),
             expandable_segments=bool(expandable_segments),
-            allocator_aware=bool(allocator_aware),
             lend=bool(lend),
             **kwargs,
         )

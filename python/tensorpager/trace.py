@@ -56,18 +56,11 @@ _active: TraceRecorder | None = None
 
 
 def _tensors(value: Any) -> list[Any]:
+    """The tensors in value (lists, tuples, dicts and what else pytree flattens), in order."""
     import torch
+    from torch.utils._pytree import tree_leaves
 
-    out, stack = [], [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, torch.Tensor):
-            out.append(v)
-        elif isinstance(v, (list, tuple)):
-            stack.extend(reversed(v))
-        elif isinstance(v, dict):
-            stack.extend(reversed(list(v.values())))
-    return out
+    return [v for v in tree_leaves(value) if isinstance(v, torch.Tensor)]
 
 
 class TraceRecorder:

@@ -1,4 +1,4 @@
-"""torch.compile under a budget (issue 13; Note [torch.compile] in _tracker.py).
+"""torch.compile under a budget (issue 13; Note [torch.compile] in _compiled.py).
 
 A compiled model must train under ``tp.budget`` with the values the same
 compiled model gives without one, warn once that its compiled regions are

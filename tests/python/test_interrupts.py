@@ -116,16 +116,21 @@ import os, signal, threading, time
 # start, and a shell's background job (CI's, say) starts with it ignored.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
-def interrupted(delay):
+def interrupted(iterations):
+    # The timer fires after that many iterations' time (the first under the
+    # budget's, measured): a loaded machine moves the moment, not the iteration.
     m = model()
     opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
     where, after = None, []
     with tp.budget(0.8, policy="lru") as b:
-        timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
         for i in range(400):  # until 5 iterations after the interrupt
             if i == 1:
-                tp.step()
-                timer.start()  # from the second step, under the budget
+                tp.step()  # from the second step, under the budget
+                began = time.perf_counter()
+            if i == 2:
+                timer = threading.Timer(iterations * (time.perf_counter() - began), os.kill,
+                                        (os.getpid(), signal.SIGINT))
+                timer.start()
             try:
                 opt.zero_grad()
                 loss = nn.functional.cross_entropy(m(X), Y)
@@ -146,7 +151,7 @@ def interrupted(delay):
     return {"where": where, "lent": lent if where is not None else 0, "trained_after": len(after),
             "finite": all(torch.isfinite(p).all().item() for p in m.parameters())}
 
-print(json.dumps([interrupted(d) for d in (0.002, 0.05, 0.2, 0.4, 0.7)]))
+print(json.dumps([interrupted(k) for k in (0.01, 0.5, 1.5, 2.5, 3.5)]))
 """, timeout=600)
     runs = json.loads(proc.stdout.strip().splitlines()[-1])
     print(runs)

@@ -221,7 +221,7 @@ def test_import_watcher_survives_find_spec_probes() -> None:
 
 @requires_ext
 def test_backend_alone_prints_the_peak_at_exit_and_a_budget_that_parses() -> None:
-    # Note [The peak at exit] in _managed.py: a user measures first, then chooses a budget.
+    # Note [The peak at exit] in _exit_report.py: a user measures first, then chooses a budget.
     env = clean_env(PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager")
     proc = run_python("import torch\nx = torch.empty(8 << 20, dtype=torch.uint8)\n", env=env, hook=True)
     lines = [line for line in proc.stderr.splitlines() if line.startswith("tensorpager: ")]

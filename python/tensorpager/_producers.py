@@ -1,0 +1,94 @@
+"""Which segment's forward made a storage, and a forward's inputs held for its rerun (Note [Segments] in _tracker.py).
+
+A saved tensor that is the output of an earlier segment (its input, or one
+saved again later) is recomputable by rerunning that segment: ``Producers``
+keeps, per storage, the segment whose forward returned it while the output
+lives, and links a saved tensor to it. ``hold_inputs`` holds a finished
+forward's arguments for the rerun.
+"""
+
+from __future__ import annotations
+
+import weakref
+from functools import partial
+
+from tensorpager import _replay
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class Producers:
+    """Storage key -> (weak output, segment, output index, version) of one tracker's step."""
+
+    def __init__(self, tracker: Any) -> None:
+        self.tracker = tracker  # what a rerun is run for (seg.replay's first argument)
+        self.entries: dict[int, tuple[Any, _replay.Segment, int, int]] = {}
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+    def add(self, key: int, out: Any, seg: _replay.Segment, index: int) -> None:
+        # The entry lives as long as the output tensor: only a live output can
+        # later be adopted as another segment's input, and the segment (with
+        # the inputs it keeps) must not outlive it for nothing.
+        def forget(ref: Any) -> None:
+            entry = self.entries.get(key)
+            if entry is not None and entry[0] is ref:
+                del self.entries[key]
+
+        self.entries[key] = (weakref.ref(out, forget), seg, index, out._version)
+
+    def link(self, h: Any) -> None:
+        """Makes saved tensor h recomputable by the segment that returned its storage, if it still may."""
+        entry = self.entries.get(h.key)
+        if entry is None:
+            return
+        out_ref, seg, index, version = entry
+        out = out_ref()
+        # The weak reference guards against a reused address: the producer's
+        # output must still be alive and still use this storage. A replay
+        # rebuilds the output as the producer returned it, so it may stand in
+        # only while the storage is still at that version: not after a
+        # consumer changed it in place (ReLU(inplace=True) at the start of the
+        # next segment); Note [Recompute reproduces one version].
+        if out is None or _replay.storage_key(out) != h.key or h.version != version:
+            return
+        h.set_recompute(partial(seg.replay, self.tracker, "output", index), seg.cost_ns, version)
+
+
+def hold_inputs(ext: Any, producers: Producers, tree: Any) -> tuple[Any, bool]:
+    """The tensors of tree as _replay.HeldInputs, and whether one of them is
+    foreign: memory of another allocator or device (a NumPy array's, say),
+    which can change with no version to show it."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    held: dict[int, _replay.HeldInput] = {}
+    foreign = False
+
+    def hold(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        if id(x) in held:
+            return held[id(x)]
+        held[id(x)] = h = hold_one(x)
+        return h
+
+    def hold_one(x: Any) -> _replay.HeldInput:
+        if (x.is_leaf and x.requires_grad) or not _replay.has_storage(x):
+            return _replay.HeldInput(None, x, x.requires_grad)
+        nonlocal foreign
+        h = ext.pack(x)
+        if not h.managed:
+            foreign = foreign or x.numel() > 0
+            return _replay.HeldInput(h, None, x.requires_grad)
+        if h.fresh:
+            producers.link(h)
+        return _replay.HeldInput(h, None, x.requires_grad)
+
+    args, kwargs = tree
+    if not kwargs and type(args) is tuple and all(isinstance(a, torch.Tensor) for a in args):
+        return (tuple(hold(a) for a in args), kwargs), foreign  # most calls, without pytree
+    return tree_map(hold, tree), foreign
