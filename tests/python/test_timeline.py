@@ -1,10 +1,11 @@
 """Memory timelines from Python: the JSON trace, the memory_viz pickle, the
-report, the timeline key, phase tracking and ``python -m tensorpager.viz``.
+report, phase tracking and ``python -m tensorpager.viz``.
 
-One child process records a run (training steps, exact allocations with
-markers, synthetic runtime events, since the runtime does not emit yet) and
-writes every format; the tests read its files. The HTML page and its
-rendering are in test_timeline_html.py.
+One child process records a run (timeline_record.py: training steps, exact
+allocations with markers, synthetic runtime events, since the runtime does not
+emit yet) and writes every format; the tests read its files. The HTML page and
+its rendering are in test_timeline_html.py; starting, capping and dumping a
+recording, and the timeline keys, in test_timeline_recording.py.
 """
 
 from __future__ import annotations
@@ -19,64 +20,9 @@ from typing import Any
 
 import pytest
 from conftest import PYTHON_DIR, clean_env, requires_ext, run_python
+from timeline_record import RECORD
 
 pytestmark = requires_ext
-
-RECORD = r"""
-import json, sys, torch
-import torch.nn as nn
-import tensorpager as tp
-out_dir = sys.argv[1] if len(sys.argv) > 1 else {out_dir!r}
-tp.install(device="cpu", budget="512MiB")
-tp.start_timeline()
-C = tp._ext.load()
-stats_at = []
-
-def mark(k):
-    # A marker event (a zero-length stall with a recognisable id), then the
-    # allocator's statistics at that point.
-    C.timeline_record("stall", id=1000 + k, detail=0)
-    s = tp.stats()
-    stats_at.append([1000 + k, s["allocated_bytes.all.current"], s["reserved_bytes.all.current"]])
-
-torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10))
-opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
-for _ in range(3):
-    nn.functional.cross_entropy(model(x), y).backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-mark(0)
-held = []
-for k, mib in enumerate([1, 3, 5, 7]):
-    held.append(torch.empty(mib << 20, dtype=torch.uint8))
-    mark(1 + k)
-# The runtime's events around one tensor: offloaded, evicted, freed; then
-# prefetched into a new block; a recomputation; an offload still running.
-addr = held[1].untyped_storage().data_ptr()
-C.timeline_record("offload_begin", id=1, bytes=3 << 20, address=addr)
-C.timeline_record("offload_end", id=1, bytes=3 << 20, address=addr, host_bytes=3 << 20)
-C.timeline_record("eviction", id=1, bytes=3 << 20, address=addr, detail=0)
-del held[1]
-mark(5)
-back = torch.empty(3 << 20, dtype=torch.uint8)
-paddr = back.untyped_storage().data_ptr()
-C.timeline_record("prefetch_begin", id=1, bytes=3 << 20, address=paddr)
-C.timeline_record("prefetch_end", id=1, bytes=3 << 20, address=paddr, host_bytes=0)
-C.timeline_record("recompute_begin", id=2, bytes=1 << 20)
-C.timeline_record("recompute_end", id=2, bytes=1 << 20)
-C.timeline_record("offload_begin", id=3, bytes=1 << 20)
-tp.mark_step()
-del held[:2]
-mark(6)
-final = tp.stats()
-for ext in ("json", "pickle", "html", "txt"):
-    tp.dump_timeline(f"{{out_dir}}/run.{{ext}}", top=10)
-tp.dump_snapshot(f"{{out_dir}}/snapshot.bin")
-print(json.dumps({{"stats_at": stats_at, "final": final, "report": tp.report(top=10),
-                  "info": C.timeline_info()}}))
-"""
 
 
 @pytest.fixture(scope="session")
@@ -163,26 +109,6 @@ def test_json_counters_equal_the_allocator_statistics_at_each_marker(run: dict[s
     assert value_at("host (offloaded)", markers[1005]) == 3 << 20
     assert value_at("host (offloaded)", markers[1006]) == 0
 
-
-def test_json_reports_dropped_events_when_the_cap_is_hit(tmp_path: Path) -> None:
-    proc = run_python(f"""
-        import torch, tensorpager as tp
-        tp.install(device="cpu")
-        tp.start_timeline(max_events=40)
-        for _ in range(100):
-            t = torch.empty(4096)
-            del t
-        tp.dump_timeline({str(tmp_path / "capped.json")!r})
-        print(tp.report())
-    """)
-    doc = json.loads((tmp_path / "capped.json").read_text())
-    dropped = doc["otherData"]["dropped_events"]
-    assert dropped > 0
-    assert doc["otherData"]["max_events"] == 40
-    assert len(doc["tensorpager"]["events"]) + dropped >= 200  # alloc and a folded free each
-    assert any(e["ph"] == "i" and e["name"] == "events dropped: log full" and e["args"]["dropped_events"] == dropped
-               for e in doc["traceEvents"])
-    assert "WARNING: the log was full" in proc.stdout
 
 
 # --- memory_viz pickle ----------------------------------------------------------
@@ -272,7 +198,7 @@ def test_torchs_own_memory_viz_tools_read_the_pickle(run: dict[str, Any]) -> Non
     assert "snapshot.pickle" in _memory_viz.trace_plot(snap)
 
 
-# --- report, key, phases --------------------------------------------------------
+# --- report, phases -------------------------------------------------------------
 
 
 def test_report_and_txt_agree_and_name_the_figures(run: dict[str, Any]) -> None:
@@ -295,90 +221,6 @@ def test_phase_tracking_labels_modules_and_categories(run: dict[str, Any]) -> No
     assert {cats[e[2]] for e in tags} >= {"parameter", "gradient", "optimizer_state"}
     assert "0.weight (parameter)" in saved["labels"]
 
-
-def test_a_new_recording_labels_and_tags_afresh(tmp_path: Path) -> None:
-    path = tmp_path / "second.json"
-    run_python(f"""
-        import torch, torch.nn as nn, tensorpager as tp
-        tp.install(device="cpu")
-        model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
-        opt = torch.optim.Adam(model.parameters())
-        def step():
-            model(torch.randn(8, 64)).sum().backward()
-            opt.step()
-            opt.zero_grad()
-        tp.start_timeline()
-        step()
-        tp.start_timeline()  # a new log: label ids start again
-        step()
-        tp.dump_timeline({str(path)!r})
-    """)
-    saved = json.loads(path.read_text())["tensorpager"]
-    kinds, cats, labels = saved["kinds"], saved["categories"], saved["labels"]
-    allocs = [e for e in saved["events"] if kinds[e[1]] == "alloc"]
-    assert all(e[12] < len(labels) for e in saved["events"])
-    assert "0 (Linear)" in {labels[e[12]] for e in allocs}
-    tagged = {labels[e[12]]: cats[e[2]] for e in saved["events"] if kinds[e[1]] == "tag"}
-    assert tagged.get("0.weight (parameter)") == "parameter"
-    assert tagged.get("0.weight Adam.exp_avg") == "optimizer_state"
-    assert [e[8] for e in saved["events"] if kinds[e[1]] == "step"] == [0]
-
-
-def test_timeline_key_dumps_at_exit(tmp_path: Path) -> None:
-    path = tmp_path / "exit.json"
-    proc = run_python("""
-        import torch
-        t = torch.ones(1 << 20)
-        del t
-    """, env=clean_env(TENSORPAGER_CONF=f"device:cpu,timeline:{path}"), hook=True)
-    doc = json.loads(path.read_text())
-    assert len(doc["tensorpager"]["events"]) >= 3
-    assert f"wrote the memory timeline to {path}" in proc.stderr
-
-
-def test_timeline_events_key_caps_the_recording_and_later_logs(tmp_path: Path) -> None:
-    path = tmp_path / "capped.json"
-    proc = run_python("""
-        import torch, tensorpager as tp
-        C = tp._ext.load()
-        print("cap:", C.timeline_info()["max_events"])
-        for _ in range(100):
-            t = torch.empty(4096)
-            del t
-        tp.start_timeline()  # a new log started without a cap takes the key's
-        print("restarted:", C.timeline_info()["max_events"])
-        tp.start_timeline(max_events=7)  # an explicit cap wins
-        print("explicit:", C.timeline_info()["max_events"])
-        tp.install(timeline_events=50, timeline=%r, device="cpu")  # an int is a count
-    """ % str(path), env=clean_env(TENSORPAGER_CONF=f"device:cpu,timeline:{path},timeline_events:50"), hook=True)
-    assert "cap: 50" in proc.stdout and "restarted: 50" in proc.stdout and "explicit: 7" in proc.stdout
-    doc = json.loads(path.read_text())
-    assert doc["otherData"]["max_events"] == 7
-
-
-def test_timeline_key_with_an_unknown_extension_is_refused(tmp_path: Path) -> None:
-    proc = run_python(f"""
-        import tensorpager as tp
-        try:
-            tp.install("device:cpu,timeline:{tmp_path}/run.trace")
-        except ValueError as e:
-            print("refused:", e)
-        print("installed:", tp.is_installed())
-    """)
-    assert "refused:" in proc.stdout and ".json" in proc.stdout
-    assert "installed: False" in proc.stdout
-
-
-def test_dump_without_a_recording_says_how_to_start_one() -> None:
-    proc = run_python("""
-        import tensorpager as tp
-        tp.install(device="cpu")
-        try:
-            tp.dump_timeline("/tmp/never.json")
-        except RuntimeError as e:
-            print("error:", e)
-    """)
-    assert "start_timeline()" in proc.stdout
 
 
 # --- python -m tensorpager.viz ----------------------------------------------------
