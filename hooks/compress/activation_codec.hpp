@@ -1,8 +1,8 @@
 #pragma once
 // Compressed activations for backward: the pack and restore kernels of the
 // saved-tensor action "compress" (DESIGN.md, "Tracking"). Which saved tensors
-// are compressed is decided above this file (tensorpager.compress in Python:
-// Note [Which saved tensors are compressed] there); this file only turns one
+// are compressed is decided above this file (Note [Which saved tensors are
+// compressed] in python/tensorpager/techniques/compress_pack.py); this file only turns one
 // tensor into a smaller one and back, and counts what it did.
 //
 // Note [Compression methods]

@@ -38,7 +38,8 @@ lender must see that nothing reads a lent storage:
 - A node's backward may lend, for one call, a tensor it holds but reads no
   more (``lent_while``): the split stem's backward lends its incoming
   gradient while ``convolution_backward`` allocates, and takes it back when
-  the call returns (Note [The split lends its incoming gradient] in techniques/split.py).
+  the call returns (Note [The split lends its incoming gradient] in
+  techniques/split_chain.py).
 - Parameters and optimizer state are given back before gradients, since
   they outlive them: each restore allocates, and lent in pairs a weight and
   its gradient came back side by side, so the next zero_grad left holes
@@ -212,7 +213,7 @@ class Lender:
     def lent_while(self, t: Any) -> Iterator[None]:
         """t lent for the block, given back when it ends: a node's backward
         that holds t (its incoming gradient) but reads it no more (Note [The
-        split lends its incoming gradient] in techniques/split.py). Nothing outside a
+        split lends its incoming gradient] in techniques/split_chain.py). Nothing outside a
         backward, nor under torch.distributed."""
         if not self.in_backward or self._distributed() or id(t) in self.lent:
             yield

@@ -53,7 +53,7 @@ class Producers:
         # only while the storage is still at that version: not after a
         # consumer changed it in place (ReLU(inplace=True) at the start of the
         # next segment); Note [Recompute reproduces one version].
-        if out is None or _replay.storage_key(out) != h.key or h.version != version:
+        if out is None or self.tracker.ext.storage_key(out) != h.key or h.version != version:
             return
         h.set_recompute(partial(seg.replay, self.tracker, "output", index), seg.cost_ns, version)
 
@@ -77,7 +77,7 @@ def hold_inputs(ext: Any, producers: Producers, tree: Any) -> tuple[Any, bool]:
         return h
 
     def hold_one(x: Any) -> _replay.HeldInput:
-        if (x.is_leaf and x.requires_grad) or not _replay.has_storage(x):
+        if (x.is_leaf and x.requires_grad) or ext.storage_key(x) is None:
             return _replay.HeldInput(None, x, x.requires_grad)
         nonlocal foreign
         h = ext.pack(x)

@@ -14,15 +14,6 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Iterable
 
 
-def storage_key(t: Any) -> int | None:
-    # Never t.untyped_storage(): the Python storage object it creates is kept
-    # alive by the storage itself and counts as a holder, so the storage
-    # could never be evicted (Note [Saved storages] in hooks/budget).
-    from tensorpager import _ext
-
-    return _ext.load().storage_key(t)
-
-
 class _Captured(BaseException):
     """Raised by a replay's pack hook once it holds the tensor it replays for.
 
@@ -49,7 +40,9 @@ class Segment:
     __slots__ = ("module", "rng", "cuda_rng", "autocast", "t0", "cost_ns", "packs", "pending",
                  "input_keys", "input_versions", "args", "kwargs")
 
-    def __init__(self, module: Any, args: tuple) -> None:
+    def __init__(self, module: Any, args: tuple, storage_key: Callable[[Any], int | None]) -> None:
+        """storage_key: the extension's (``_C.storage_key``): never ``t.untyped_storage()``, whose Python
+        object the storage keeps alive as a holder, so it could never be evicted (Note [Saved storages])."""
         import torch
 
         self.module = module
@@ -216,10 +209,6 @@ def flatten(x: Any) -> list:
     from torch.utils._pytree import tree_leaves
 
     return tree_leaves(x)
-
-
-def has_storage(t: Any) -> bool:
-    return storage_key(t) is not None
 
 
 class autocast_states:

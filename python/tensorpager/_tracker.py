@@ -162,7 +162,7 @@ class Tracker:
         if depth == 0 and self.iterations.ends_iteration(module, self.unpacked):
             self.step()
         if self.recompute and depth == self.segment_depth:
-            self.segment = _replay.Segment(module, args)
+            self.segment = _replay.Segment(module, args, self.ext.storage_key)
 
     def _outer_forward_running(self) -> bool:
         """Whether the outermost forward on the stack is still running (its frame is a caller's)."""
@@ -236,7 +236,7 @@ class Tracker:
 
         outputs = [o for o in _replay.flatten(output) if isinstance(o, torch.Tensor)]
         for j, o in enumerate(outputs):
-            key = _replay.storage_key(o)
+            key = self.ext.storage_key(o)
             if key is not None and key not in seg.input_keys:
                 self.producers.add(key, o, seg, j)
 

@@ -1,7 +1,7 @@
 """Autograd's corner cases under tp.budget (issue 17): every policy, by swap
 and by recompute, bit-identical to the unmanaged run wherever it succeeds,
-and the same error where it raises (the in-place cases). The cases and the
-child process that runs them are in autograd_cases.py."""
+and the same error where it raises (the in-place cases). The child process
+that runs them is autograd_cases.py; the cases are in autograd_corner_cases.py."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ every policy trained in 64 runs of 64; at 0.48, `dtr` still fails in 3 runs
 of 3.
 
 Below 0.5 the stem must be split: tp.split_channels(model) runs it in
-channel chunks (Note [Why the split is exact] in tensorpager/techniques/split.py), so
+channel chunks (Note [Why the split is exact] in tensorpager/techniques/split_chain.py), so
 its backward holds the convolution's output gradient (50 MiB), as much again
 that the CPU's convolution_backward allocates beside it (measured) and the
 input batch (9 MiB): 110 MiB, 0.25 of the unsplit peak. The incoming

@@ -33,7 +33,7 @@ tp.install(device="cpu")
 torch.manual_seed(1)
 X, Y = torch.randn(8, 3, 64, 64), torch.randint(0, 10, (8,))
 
-def model():  # test_lend.py's shape: a stem of large activations under a head of large weights
+def model():  # lend_child.py's shape: a stem of large activations under a head of large weights
     torch.manual_seed(0)
     return nn.Sequential(
         nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),

@@ -1,0 +1,177 @@
+"""The budget's tracker, segments and reruns in process, against a fake extension.
+
+The tracker (``_tracker.Tracker``) reaches ``_C`` only through the ``ext`` it
+is given, as the C++ runtime reaches a device through its adapter; here that
+is ``FakeExt``, which keeps every saved tensor where it is and records what
+the tracker asked of it. So these tests need no build, install nothing, and
+read as the contract: which saved tensors become recomputable by rerunning
+their segment (Note [Segments] in ``_tracker.py``), that a rerun hands back
+the very bytes of the first run (RNG and buffers included), which forwards
+cannot be rerun, and how many step boundaries an iteration makes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from torch import nn
+
+from tensorpager import _module_hooks, _tracker
+
+
+class FakeHandle:
+    """What ``_C.pack`` returns: the saved tensor, kept in place."""
+
+    def __init__(self, ext: FakeExt, t: torch.Tensor, managed: bool) -> None:
+        self.tensor = t
+        self.key = ext.storage_key(t)
+        self.managed = managed and self.key not in ext.foreign
+        self.fresh = self.key not in ext.tracked  # the first pack of its storage this step
+        ext.tracked.add(self.key)
+        self.version = t._version
+        self.recompute = None  # (function, cost in ns, version) once the tracker sets it
+
+    def set_recompute(self, fn, cost_ns: int, version: int) -> None:  # noqa: ANN001
+        self.recompute = (fn, cost_ns, version)
+
+    def unpack(self) -> torch.Tensor:
+        return self.tensor
+
+
+class FakeExt:
+    """The calls the tracker makes on ``_C``, with no budget and nothing moved."""
+
+    def __init__(self) -> None:
+        self.handles: list[FakeHandle] = []
+        self.tracked: set[int] = set()
+        self.foreign: set[int] = set()  # storage keys that pack reports unmanaged (another allocator's)
+        self.boundaries = 0
+
+    def storage_key(self, t: torch.Tensor) -> int | None:
+        return t.untyped_storage().data_ptr() if t.untyped_storage().nbytes() else None
+
+    def pack(self, t: torch.Tensor, manage: bool = True) -> FakeHandle:
+        h = FakeHandle(self, t, manage)
+        self.handles.append(h)
+        return h
+
+    def budget_step(self, resolve_ratio: bool = True) -> None:
+        self.boundaries += 1
+        self.tracked.clear()
+
+    def budget_remeasure(self) -> bool:
+        return False
+
+    def budget(self) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def tracking(ext: FakeExt, **options: object):  # noqa: ANN201
+    """A tracker on ext, its module hooks and saved-tensor hooks entered, as ``tp.budget`` enters them."""
+    tr = _tracker.Tracker(ext, segment_depth=1, recompute=True, lend=False, **options)
+    sub = _module_hooks.subscribe(tr.pre_forward, tr.post_forward)
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(tr.pack, tr.unpack):
+            yield tr
+    finally:
+        sub.remove()
+        tr.close()
+
+
+def recomputable(ext: FakeExt) -> list[FakeHandle]:
+    return [h for h in ext.handles if h.recompute is not None]
+
+
+def test_every_activation_reruns_to_the_same_bytes_dropout_and_batch_norm_included() -> None:
+    def make() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(16, 32), nn.Dropout(0.5), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4))
+
+    x = torch.randn(8, 16)
+    model = make()
+    ext = FakeExt()
+    with tracking(ext):
+        torch.manual_seed(1)
+        loss = model(x).square().sum()
+        handles = recomputable(ext)
+        # The dropout mask, the batch norm's saved statistics, the ReLU's
+        # output: made inside a segment, so a rerun of it makes them again.
+        assert len(handles) >= 4, [tuple(h.tensor.shape) for h in ext.handles]
+        running_mean = model[2].running_mean.clone()
+        for h in handles:
+            fn, cost_ns, version = h.recompute
+            assert cost_ns > 0 and version == h.version
+            again = fn()
+            assert again.dtype == h.tensor.dtype and torch.equal(again, h.tensor)
+        # A rerun counts nothing twice in the running statistics.
+        assert torch.equal(model[2].running_mean, running_mean)
+        loss.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+
+    plain = make()
+    torch.manual_seed(1)
+    plain(x).square().sum().backward()
+    assert all(torch.equal(a, p.grad) for a, p in zip(grads, plain.parameters()))
+
+
+def test_a_parameter_is_kept_not_managed() -> None:
+    model = nn.Sequential(nn.Linear(4, 4))
+    ext = FakeExt()
+    with tracking(ext):
+        model(torch.randn(2, 4, requires_grad=True)).sum()  # the input's gradient needs the weight
+    weight = [h for h in ext.handles if model[0].weight is h.tensor or model[0].weight is h.tensor._base]  # weight.t()
+    assert weight and not any(h.managed for h in weight)
+
+
+class AddsInPlace(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.add_(1)  # changes its input: a rerun would start from other values
+        return torch.sigmoid(x)
+
+
+class Doubles(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(x * 2)
+
+
+@pytest.mark.parametrize("why", ["input changed in place", "input in foreign memory"])
+def test_a_forward_that_cannot_be_rerun_saves_nothing_recomputable(why: str) -> None:
+    ext = FakeExt()
+    x = torch.randn(4, 4, requires_grad=True) * 1  # not a leaf: it may change in place, and autograd saves
+    module = AddsInPlace() if why == "input changed in place" else Doubles()
+    if why == "input in foreign memory":
+        ext.foreign.add(ext.storage_key(x))
+    model = nn.Sequential(module)
+    with tracking(ext):
+        model(x).sum()
+    assert any(h.managed for h in ext.handles)  # the sigmoid's output: saved, managed, yet not recomputable
+    assert recomputable(ext) == []
+
+
+def test_an_output_kept_as_the_next_segments_input_is_recomputable_by_its_producer() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Sigmoid(), nn.Linear(8, 8))
+    ext = FakeExt()
+    with tracking(ext):
+        model(torch.randn(3, 8)).sum()
+        first_out = [h for h in ext.handles if h.tensor.shape == (3, 8) and h.recompute is not None]
+        assert first_out, "the Linear's output, saved by the Sigmoid, links to the Linear that made it"
+        for h in first_out:
+            assert torch.equal(h.recompute[0](), h.tensor)
+
+
+def test_one_step_boundary_per_iteration_with_zero_grad_first() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    ext = FakeExt()
+    with tracking(ext) as tr:
+        for _ in range(4):
+            loss = model(torch.randn(5, 8)).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        assert tr.steps == ext.boundaries == 3  # the last iteration ends with the block (Note [One step per iteration])
