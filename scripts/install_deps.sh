@@ -5,7 +5,8 @@
 #   optional ones (nlohmann-json for tests/profiler's JSON checks, Chromium for
 #   the HTML timeline render test), whose tests skip or are not built without
 #   them, so failing to install them (no network) is not an error.
-#   Python packages: torch==2.11.0 (only where torch is absent), torchvision==0.26.0, numpy, pytest, wheel.
+#   Python packages: torch==2.11.0 (only where torch is absent), torchvision==0.26.0, numpy, pytest,
+#   pytest-xdist, wheel.
 # Usage: bash scripts/install_deps.sh [--no-python]
 set -euo pipefail
 
@@ -73,10 +74,12 @@ if ((want_python)); then
     log "installing torch==2.11.0"
     pip_install torch==2.11.0
   fi
-  for mod in numpy pytest wheel; do
+  # module:package; pytest-xdist runs the Python tests on both cores (scripts/test.sh).
+  for entry in numpy:numpy pytest:pytest wheel:wheel xdist:pytest-xdist; do
+    mod=${entry%%:*} pkg=${entry#*:}
     if "$PYTHON" -c "import $mod" 2>/dev/null; then continue; fi
-    log "installing $mod"
-    pip_install "$mod"
+    log "installing $pkg"
+    pip_install "$pkg"
   done
   # torchvision: bench/record_traces.py records ResNet-18 with it, and
   # examples/train_under_budget.py trains one (no test needs it). 0.26.0 is the release paired with torch 2.11.0.

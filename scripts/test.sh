@@ -112,8 +112,16 @@ if [[ -d tests/python ]]; then
     echo "torchvision is missing (no network when the dependencies were installed?): skipped"
   fi
 
-  step "Python tests"
+  # With pytest-xdist, one worker per job, a file's tests on one worker
+  # (--dist loadfile: a module's fixtures are built once); most tests run a
+  # child interpreter whose start is single-threaded, so two workers keep
+  # both cores busy where one left one idle.
+  parallel=()
+  if ((JOBS > 1)) && build/venv/bin/python -c "import xdist" 2>/dev/null; then
+    parallel=(-n "$JOBS" --dist loadfile)
+  fi
+  step "Python tests${parallel:+ (pytest-xdist, $JOBS workers)}"
   require_ext=0; [[ "$TP_CMAKE_SUMMARY" == torch:\ yes* ]] && require_ext=1
   TP_REQUIRE_EXT=$require_ext PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" TENSORPAGER_EXT_DIR="$PWD/build/hooks" \
-    build/venv/bin/python -m pytest tests/python -q -rs --durations=12
+    build/venv/bin/python -m pytest tests/python -q -rs --durations=12 "${parallel[@]}"
 fi
