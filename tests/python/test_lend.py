@@ -173,7 +173,11 @@ def run(budget):
     return losses, state, placed
 
 ref_losses, ref_state, plain = run(None)
-losses, state, placed = run(0.9)
+# 1.0: a budget, so loans end packed, with room for every move. A move takes
+# free memory under the budget and never evicts for it (Note [Lent storages
+# come back packed]): at 0.9 one gradient in about three runs found none at
+# its loan's end, as the copies in flight had not yet freed theirs.
+losses, state, placed = run(1.0)
 print(json.dumps({"same": losses == ref_losses and all(torch.equal(a, b) for a, b in zip(ref_state, state)),
                   "plain": plain, "placed": placed}))
 """)
