@@ -72,6 +72,22 @@ struct planning_inputs {
   bandwidth_model bandwidth{};
 };
 
+// Note [Two ways to look ahead]
+// Both ways learn from the previous step's access sequence (Note [Step
+// matching]); they differ in who decides. A policy that plans (hybrid)
+// decides once per step, for each tensor, whether to swap it, drop it or
+// keep it, and when to bring it back, and the runtime carries that plan out
+// (prefetching ahead only what a reclaim swapped against it).
+// A policy that does not (lru, dtr, capuchin) keeps the reactive rule its
+// paper defines, and the runtime adds the same generic lookahead to each:
+// prefetch ahead of the recorded next use, offload ahead of a recorded peak.
+// Two stay because the reactive three are the baselines the planner is
+// measured against: giving them the plan would make them the planner, and
+// taking the lookahead away would compare a planner with policies that wait
+// for an out-of-memory. One goes when a GPU run shows the plan at or below
+// the better of them at every budget and copy bandwidth (issue 32); until
+// then the choice is the policy's, through plan().
+
 /// Thread-safety: none; called with the runtime's lock held.
 class eviction_policy {
  public:
@@ -84,7 +100,8 @@ class eviction_policy {
   virtual void plan_step(const step_record& /*recorded*/, const planning_inputs& /*in*/) {}
   /// The plan for the step now running, which the runtime carries out
   /// (Note [Carrying out a plan] in runtime_plan.cpp); nullptr: none, the
-  /// runtime prefetches ahead and offloads proactively instead.
+  /// runtime prefetches ahead and offloads proactively instead (Note [Two
+  /// ways to look ahead]).
   virtual const step_plan* plan() const { return nullptr; }
 };
 

@@ -33,8 +33,8 @@ lender must see that nothing reads a lent storage:
   everything back] in _open_lender.py). Also, as a fallback, at the next
   step boundary and when the budget ends. A saved parameter that is unpacked
   again (a second backward through a retained graph) is given back first, and
-  so is a parameter of a segment that tensorpager replays, which is lent
-  again once the replay has run.
+  so is a parameter of a segment that tensorpager reruns, which is lent
+  again once the rerun has run.
 - A node's backward may lend, for one call, a tensor it holds but reads no
   more (``lent_while``): the split stem's backward lends its incoming
   gradient while ``convolution_backward`` allocates, and takes it back when
@@ -242,20 +242,20 @@ class Lender:
         return True
 
     def give_back_params(self, module: Any) -> list[Any]:
-        """Before a replay of module's forward: the parameters it reads,
+        """Before a rerun of module's forward: the parameters it reads,
         resident. Returns those that were lent, for lend_again()."""
-        from tensorpager._replay import modules_read
+        from tensorpager._rerun import modules_read
 
         return [p for m in modules_read(module) for p in m.parameters(recurse=False) if self._give_back(id(p))]
 
     def lend_again(self, params: list[Any]) -> None:
-        """After the replay: what give_back_params() returned is lent again.
-        The replay saved nothing autograd will unpack, so what made them
+        """After the rerun: what give_back_params() returned is lent again.
+        The rerun saved nothing autograd will unpack, so what made them
         lendable still holds; kept instead, a stage's weights stayed resident
-        for the rest of the backward once a replay of the stage had read them
+        for the rest of the backward once a rerun of the stage had read them
         (9 MiB at a ResNet-18's stem, of a 130 MiB budget)."""
         if not self.in_backward:
-            return  # the backward ended during the replay: give_back_all() has run
+            return  # the backward ended during the rerun: give_back_all() has run
         for p in params:
             self._lend(p)
 

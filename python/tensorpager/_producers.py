@@ -12,7 +12,7 @@ from __future__ import annotations
 import weakref
 from functools import partial
 
-from tensorpager import _replay
+from tensorpager import _rerun
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -23,13 +23,13 @@ class Producers:
     """Storage key -> (weak output, segment, output index, version) of one tracker's step."""
 
     def __init__(self, tracker: Any) -> None:
-        self.tracker = tracker  # what a rerun is run for (seg.replay's first argument)
-        self.entries: dict[int, tuple[Any, _replay.Segment, int, int]] = {}
+        self.tracker = tracker  # what a rerun is run for (seg.rerun's first argument)
+        self.entries: dict[int, tuple[Any, _rerun.Segment, int, int]] = {}
 
     def clear(self) -> None:
         self.entries.clear()
 
-    def add(self, key: int, out: Any, seg: _replay.Segment, index: int) -> None:
+    def add(self, key: int, out: Any, seg: _rerun.Segment, index: int) -> None:
         # The entry lives as long as the output tensor: only a live output can
         # later be adopted as another segment's input, and the segment (with
         # the inputs it keeps) must not outlive it for nothing.
@@ -48,24 +48,24 @@ class Producers:
         out_ref, seg, index, version = entry
         out = out_ref()
         # The weak reference guards against a reused address: the producer's
-        # output must still be alive and still use this storage. A replay
+        # output must still be alive and still use this storage. A rerun
         # rebuilds the output as the producer returned it, so it may stand in
         # only while the storage is still at that version: not after a
         # consumer changed it in place (ReLU(inplace=True) at the start of the
         # next segment); Note [Recompute reproduces one version].
         if out is None or self.tracker.ext.storage_key(out) != h.key or h.version != version:
             return
-        h.set_recompute(partial(seg.replay, self.tracker, "output", index), seg.cost_ns, version)
+        h.set_recompute(partial(seg.rerun, self.tracker, "output", index), seg.cost_ns, version)
 
 
 def hold_inputs(ext: Any, producers: Producers, tree: Any) -> tuple[Any, bool]:
-    """The tensors of tree as _replay.HeldInputs, and whether one of them is
+    """The tensors of tree as _rerun.HeldInputs, and whether one of them is
     foreign: memory of another allocator or device (a NumPy array's, say),
     which can change with no version to show it."""
     import torch
     from torch.utils._pytree import tree_map
 
-    held: dict[int, _replay.HeldInput] = {}
+    held: dict[int, _rerun.HeldInput] = {}
     foreign = False
 
     def hold(x: Any) -> Any:
@@ -76,17 +76,17 @@ def hold_inputs(ext: Any, producers: Producers, tree: Any) -> tuple[Any, bool]:
         held[id(x)] = h = hold_one(x)
         return h
 
-    def hold_one(x: Any) -> _replay.HeldInput:
+    def hold_one(x: Any) -> _rerun.HeldInput:
         if (x.is_leaf and x.requires_grad) or ext.storage_key(x) is None:
-            return _replay.HeldInput(None, x, x.requires_grad)
+            return _rerun.HeldInput(None, x, x.requires_grad)
         nonlocal foreign
         h = ext.pack(x)
         if not h.managed:
             foreign = foreign or x.numel() > 0
-            return _replay.HeldInput(h, None, x.requires_grad)
+            return _rerun.HeldInput(h, None, x.requires_grad)
         if h.fresh:
             producers.link(h)
-        return _replay.HeldInput(h, None, x.requires_grad)
+        return _rerun.HeldInput(h, None, x.requires_grad)
 
     args, kwargs = tree
     if not kwargs and type(args) is tuple and all(isinstance(a, torch.Tensor) for a in args):

@@ -9,16 +9,16 @@ the outermost module (1: the children of the model; a ``Sequential``'s layers,
 a ResNet's stages) are segments. While a segment's forward runs, every
 tensor autograd saves is numbered in order; once the forward has finished, a
 saved storage that the segment created (not one of its inputs) becomes
-droppable, and recomputing it replays the segment from its inputs with the
+droppable, and recomputing it reruns the segment from its inputs with the
 RNG state (CPU and CUDA), autocast state and buffers of the original forward,
 taking the saved tensor with the same number. A segment's outputs can be
 recomputed the same way, so when a later segment keeps them as inputs they are
 droppable too (recompute then chains backwards, as in DTR). A segment keeps
 its inputs (managed, so they may be swapped or dropped in turn). A segment
-whose forward changed one of its inputs in place cannot be replayed and saves
+whose forward changed one of its inputs in place cannot be rerun and saves
 nothing droppable; neither can one with an input in memory tensorpager does
 not manage (a tensor over a NumPy array, say): that memory can change with no
-version to show it, and a replay would then compute from other values than
+version to show it, and a rerun would then compute from other values than
 the first run, which autograd's own saved tensors still hold. Which storages are dropped, and when, is the policy's
 choice (``policy`` key), not the user's.
 
@@ -44,7 +44,7 @@ import threading
 import time
 from functools import partial
 
-from tensorpager import _compiled, _lend, _module_hooks, _producers, _replay, _steps
+from tensorpager import _compiled, _lend, _module_hooks, _producers, _rerun, _steps
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -73,10 +73,10 @@ class Tracker:
         self.thread_hooks: Any = None  # a threading.local: the hooks entered on a followed thread
         self.stack: list[Any] = []
         self.outer_frame: Any = None  # the outermost forward's frame while it runs
-        self.segment: _replay.Segment | None = None  # the segment whose forward is running
+        self.segment: _rerun.Segment | None = None  # the segment whose forward is running
         self.producers = _producers.Producers(self)
         self.unpacked = False
-        self.suspended = 0  # > 0 while a replay runs: hooks stand aside
+        self.suspended = 0  # > 0 while a rerun runs: hooks stand aside
         self.steps = 0
         # Note [Peaks under a ratio budget] in _runtime.py: True while a ratio
         # has not taken effect; the peak reserved it was measured on.
@@ -162,7 +162,7 @@ class Tracker:
         if depth == 0 and self.iterations.ends_iteration(module, self.unpacked):
             self.step()
         if self.recompute and depth == self.segment_depth:
-            self.segment = _replay.Segment(module, args, self.ext.storage_key)
+            self.segment = _rerun.Segment(module, args, self.ext.storage_key)
 
     def _outer_forward_running(self) -> bool:
         """Whether the outermost forward on the stack is still running (its frame is a caller's)."""
@@ -219,22 +219,22 @@ class Tracker:
         versions, seg.input_versions = seg.input_versions, []
         pending, seg.pending = seg.pending, []
         if any(t._version != v for t, v in versions):
-            return  # changed an input in place: cannot be replayed (Note [Segments])
+            return  # changed an input in place: cannot be rerun (Note [Segments])
         (seg.args, seg.kwargs), foreign = _producers.hold_inputs(self.ext, self.producers, (args, kwargs))  # one pass: aliases stay aliases
         if foreign:
             seg.args = seg.kwargs = None
             return  # reads memory tensorpager cannot vouch for (Note [Segments])
         for h, index, ns, packed_at in pending:
-            # A replay leaves the saved tensor as this forward left it: at its
+            # A rerun leaves the saved tensor as this forward left it: at its
             # version now (Note [Recompute reproduces one version]). It stops
             # at the tensor, and costs the forward up to it, unless the rest
-            # of the forward changed it in place (Note [A replay stops at its tensor]).
+            # of the forward changed it in place (Note [A rerun stops at its tensor]).
             whole = h.version != packed_at
-            h.set_recompute(partial(seg.replay, self, "saved", index, whole),
+            h.set_recompute(partial(seg.rerun, self, "saved", index, whole),
                             seg.cost_ns if whole else max(1, ns), h.version)
         import torch
 
-        outputs = [o for o in _replay.flatten(output) if isinstance(o, torch.Tensor)]
+        outputs = [o for o in _rerun.flatten(output) if isinstance(o, torch.Tensor)]
         for j, o in enumerate(outputs):
             key = self.ext.storage_key(o)
             if key is not None and key not in seg.input_keys:

@@ -248,7 +248,7 @@ def case_output_kept_after_backward() -> dict:
 def case_inplace_input_of_next_segment() -> dict:
     # Issue 17 item 2: a segment starting with ReLU(inplace=True) changes the
     # previous segment's output; that storage may never be rebuilt by the
-    # previous segment's replay (it would come back from before the ReLU).
+    # previous segment's rerun (it would come back from before the ReLU).
     m = nn.Sequential(*[
         nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh(), nn.Linear(WIDTH, WIDTH)) if i % 2 == 0
         else nn.Sequential(nn.ReLU(inplace=True), nn.Linear(WIDTH, WIDTH))
@@ -261,9 +261,9 @@ def case_inplace_input_of_next_segment() -> dict:
 class LogsThenActivatesInPlace(nn.Module):
     """Logs a statistic of a tensor under grad (norm saves the tensor, and
     its graph dies with the statistic), then changes the tensor in place.
-    The storage's first save predates the change: a replay stopped there
-    would bring the bytes back from before it (Note [A replay stops at its
-    tensor] in tensorpager/_replay.py)."""
+    The storage's first save predates the change: a rerun stopped there
+    would bring the bytes back from before it (Note [A rerun stops at its
+    tensor] in tensorpager/_rerun.py)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -3,7 +3,7 @@ every policy, budgets of 1.0, 0.6 and 0.4 of the first step's peak; loss and
 gradients bit-identical to the unmanaged run; swap, and recompute where the
 host pool is capped. Each model runs in a child process (budget_models.py).
 Then the budget's API, its ratio and its out-of-memory error, and its timeline.
-Saved tensors under a budget (a replay, an in-place change, tp.compress):
+Saved tensors under a budget (a rerun, an in-place change, tp.compress):
 test_budget_saved_tensors.py."""
 
 from __future__ import annotations

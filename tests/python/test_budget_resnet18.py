@@ -43,9 +43,9 @@ growth even where unmapping could not pay for it while a dearer one it could
 gradient back side by side, so zero_grad left holes between weights in
 granules nothing could unmap (Note [Lending parameters and gradients]):
 before those, `hybrid`, `lru` and `capuchin` failed in 3 runs of 14 at 0.3.
-`dtr`, which drops where the others swap, then trained at 0.32 once a replay
-stopped at the tensor it rebuilds (Note [A replay stops at its tensor] in
-tensorpager/_replay.py) and lent again the weights it read
+`dtr`, which drops where the others swap, then trained at 0.32 once a rerun
+stopped at the tensor it rebuilds (Note [A rerun stops at its tensor] in
+tensorpager/_rerun.py) and lent again the weights it read
 (``Lender.lend_again``). At 0.3 it still failed in 7 runs of 19 in this
 file's order, in the stem's convolution_backward, 1.8 MiB short, while the
 incoming gradient was resident: it and the input batch (12.5 and 9.4 MiB)
@@ -131,7 +131,7 @@ def test_resnet18_needs_its_parameters_and_gradients_lent(runs: list[dict]) -> N
 
 # Issue 17: a torchvision ResNet-18 with forced drops. With a host pool of
 # one byte nothing can be swapped, so every eviction drops a storage that its
-# module's replay rebuilds (the stem's ReLU is in place: Note [Recompute
+# module's rerun rebuilds (the stem's ReLU is in place: Note [Recompute
 # reproduces one version] in hooks/budget/saved_storage.hpp). Smaller than the runs above (batch 16, 128x128), every policy,
 # about 12 s. With plain segments 0.85 and 0.7 ran out of memory on stranded
 # free memory; with expandable segments 0.85 trains, 0.8 does not (19 MiB of

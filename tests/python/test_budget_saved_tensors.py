@@ -1,4 +1,4 @@
-"""Saved tensors under tp.budget on the CPU adapter, each in a child process: a replay stops at
+"""Saved tensors under tp.budget on the CPU adapter, each in a child process: a rerun stops at
 the tensor it rebuilds, an in-place change to a saved tensor raises as autograd's would, and the
 tensors tp.compress leaves exact are managed by the budget. The policy matrix and the budget's
 API: test_budget.py."""
@@ -9,10 +9,10 @@ from conftest import requires_ext, run_python
 
 
 @requires_ext
-def test_a_replay_stops_at_the_tensor_it_rebuilds() -> None:
-    # Note [A replay stops at its tensor]: a block replayed for a tensor
+def test_a_rerun_stops_at_the_tensor_it_rebuilds() -> None:
+    # Note [A rerun stops at its tensor]: a block rerun for a tensor
     # saved early in its forward does not run the rest of it. Each block ends
-    # in a probe that counts its calls; a replay that ran to the end calls it.
+    # in a probe that counts its calls; a rerun that ran to the end calls it.
     proc = run_python("""
 import torch, torch.nn as nn, tensorpager as tp
 tp.install(device="cpu", host_budget="1B")  # every eviction is a drop
@@ -49,7 +49,7 @@ print("PROBES", probes)
     assert out["SAME"] == "True"
     recomputes, probes = int(out["RECOMPUTES"]), int(out["PROBES"])
     assert recomputes > 0
-    assert probes < recomputes, (probes, recomputes)  # some replays stopped before the probe
+    assert probes < recomputes, (probes, recomputes)  # some reruns stopped before the probe
 
 
 @requires_ext

@@ -4,7 +4,7 @@ parameters and gradients] in tensorpager/_lend.py; C++: Note [Lent storages]).
 Each test runs in a child process on the CPU adapter (lend_child.py: the model,
 whose backward peaks in its stem while the head's weights and gradients wait
 for the optimizer). What else runs inside a backward while its state is lent
-(an error, an optimizer, a replay, a nested graph, the split stem):
+(an error, an optimizer, a rerun, a nested graph, the split stem):
 test_lend_within_backward.py.
 """
 

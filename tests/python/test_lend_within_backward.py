@@ -1,6 +1,6 @@
 """Lending (Note [Lending parameters and gradients] in tensorpager/_lend.py) while something else runs
 inside the backward: an error, an optimizer that steps there or on another thread, a segment's
-replay, a graph built and dropped there, the split stem's convolution_backward. Each test runs in a
+rerun, a graph built and dropped there, the split stem's convolution_backward. Each test runs in a
 child process on the CPU adapter (lend_child.py). Lending itself: test_lend.py.
 """
 
@@ -120,9 +120,9 @@ print(json.dumps({"same": losses == ref_losses and all(torch.equal(a, b) for a, 
 
 
 @requires_ext
-def test_a_replay_lends_the_parameters_it_read_again() -> None:
+def test_a_rerun_lends_the_parameters_it_read_again() -> None:
     # Each block is a recompute segment whose last weight's gradient is done
-    # before the GELU's saved input is needed: a replay of the block then reads
+    # before the GELU's saved input is needed: a rerun of the block then reads
     # a lent weight, given back for it. Kept afterwards, a ResNet-18 stage's
     # weights stayed resident for the rest of the backward (9 MiB at its stem
     # under a 130 MiB budget, where `dtr` ran out of memory).
@@ -157,10 +157,10 @@ print(json.dumps({"events": events, "recomputes": tp.stats()["tensorpager.runtim
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     events = [tuple(e) for e in r["events"]]
     during = events[:events.index(("end", None))]
-    replayed = {name for kind, name in during if kind == "back"}  # given back before the backward ended
-    assert r["recomputes"] > 0 and replayed, r
+    rerun = {name for kind, name in during if kind == "back"}  # given back before the backward ended
+    assert r["recomputes"] > 0 and rerun, r
     last = {name: kind for kind, name in during}
-    assert all(last[name] == "lend" for name in replayed), [n for n in replayed if last[n] != "lend"]
+    assert all(last[name] == "lend" for name in rerun), [n for n in rerun if last[n] != "lend"]
 
 
 @requires_ext

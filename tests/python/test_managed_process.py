@@ -79,7 +79,7 @@ def pack(t):
     return t
 with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
     # The user's pack gets every saved tensor; tensorpager still holds the
-    # segments' inputs for replay (tp.compress's hooks rely on it), so
+    # segments' inputs for rerun (tp.compress's hooks rely on it), so
     # "tracked" may grow here: not asserted.
     tracked_by_forward()
     inner = grads()

@@ -17,7 +17,7 @@ import torch
 import torchvision
 from torch import nn
 
-from tensorpager import _replay
+from tensorpager import _rerun
 from tensorpager.techniques import split as split_module
 from tensorpager.techniques.split import split_channels
 
@@ -173,7 +173,7 @@ def test_finds_torchvision_stem_and_keeps_the_model_as_it_was() -> None:
     assert handle.chains == [("conv1", "bn1", "relu", "maxpool")]
     assert list(model.state_dict()) == keys and [id(p) for p in model.parameters()] == params
     assert isinstance(model.conv1, nn.Conv2d) and isinstance(model.bn1, nn.BatchNorm2d)
-    assert set(_replay.modules_read(model.conv1)) == {model.conv1, model.bn1, model.relu, model.maxpool}
+    assert set(_rerun.modules_read(model.conv1)) == {model.conv1, model.bn1, model.relu, model.maxpool}
 
     clone = copy.deepcopy(model)
     assert clone.conv1.__dict__["_tp_chain"][0] is clone.bn1

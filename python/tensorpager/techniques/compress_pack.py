@@ -40,7 +40,7 @@ enclosing ``tp.budget`` or ``save_on_cpu`` would never see that module's saved
 tensors. So when compress pushes its hooks it keeps the pair that was on top,
 and every tensor it leaves exact goes to that pair's pack hook (and comes back
 through its unpack hook): under ``tp.budget`` those tensors are managed
-(evicted, swapped, recomputed) like any other. A segment's replay counts the
+(evicted, swapped, recomputed) like any other. A segment's rerun counts the
 same saves as its first run, since compress makes the same decisions both
 times. Compressed tensors stay with compress: they are already small, and the
 budget's allocator counts their bytes. Storages are compared by the address

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tensorpager import _budget_value, _replay
+from tensorpager import _budget_value, _rerun
 from tensorpager.techniques.split_chain import CHANNEL_QUANTUM, _Chain  # noqa: F401 - CHANNEL_QUANTUM: split's name too
 
 DEFAULT_CHUNK_BYTES = 8 << 20
@@ -52,7 +52,7 @@ DEFAULT_CHUNK_BYTES = 8 << 20
 # tensorpager's recompute reruns a module's forward with clones of its
 # buffers, so that BatchNorm's running statistics count a batch once: this
 # module registers what a split convolution reads (_chain_read_by; Note
-# [What else a forward reads] in _replay.py), or a rerun would update them
+# [What else a forward reads] in _rerun.py), or a rerun would update them
 # twice.
 
 
@@ -62,7 +62,7 @@ def _chain_read_by(m: nn.Module) -> tuple[nn.Module, ...]:
     return () if chain is None else tuple(x for x in chain[:3] if x is not None)
 
 
-_replay.register_also_reads(_chain_read_by)
+_rerun.register_also_reads(_chain_read_by)
 
 
 def _hooked(m: nn.Module) -> str | None:

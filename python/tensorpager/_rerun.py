@@ -1,8 +1,8 @@
-"""Replaying a recompute segment's forward (Note [Segments] in ``_tracker.py``):
+"""Rerunning a recompute segment's forward (Note [Segments] in ``_tracker.py``):
 what one forward of a segment module keeps so that it can run again with the
 same RNG, autocast state and buffers, and hand back one saved tensor or output
 of that run. The budget's tracker (``_tracker.Tracker``) creates the segments;
-the runtime calls their replay through the recompute functions it is given.
+the runtime calls their rerun through the recompute functions it is given.
 """
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ if TYPE_CHECKING:
 
 
 class _Captured(BaseException):
-    """Raised by a replay's pack hook once it holds the tensor it replays for.
+    """Raised by a rerun's pack hook once it holds the tensor it reruns for.
 
-    Note [A replay stops at its tensor]
-    A saved tensor's replay ends where the segment's first forward saved it:
+    Note [A rerun stops at its tensor]
+    A saved tensor's rerun ends where the segment's first forward saved it:
     the pack hook raises as soon as it holds it, and the rest of the forward,
     which would only compute tensors nobody asked for while holding memory, is
-    not run (a ResNet stage replayed for its first block's saved tensor ran
+    not run (a ResNet stage rerun for its first block's saved tensor ran
     its second block too). For the policies, such a tensor's recompute cost
     is the time the first forward took to reach it, not the whole segment's
     (``Tracker.pack``). A BaseException, so that a forward's own ``except
     Exception`` lets it through; a forward that swallows it anyway runs on to
-    its end and hands back the same tensor. A replay for an output runs the
+    its end and hands back the same tensor. A rerun for an output runs the
     whole forward, and so does one for a tensor that the rest of the first
     forward changed in place: the storage must come back as the forward left
     it (Note [Recompute reproduces one version] in
@@ -35,7 +35,7 @@ class _Captured(BaseException):
 
 
 class Segment:
-    """One forward of a segment module, and how to replay it (Note [Segments])."""
+    """One forward of a segment module, and how to rerun it (Note [Segments])."""
 
     __slots__ = ("module", "rng", "cuda_rng", "autocast", "t0", "cost_ns", "packs", "pending",
                  "input_keys", "input_versions", "args", "kwargs")
@@ -63,11 +63,11 @@ class Segment:
         self.cost_ns = 0
         self.t0 = time.perf_counter_ns()
 
-    def replay(self, tracker: Any, kind: str, index: int, whole: bool = False) -> Any:
+    def rerun(self, tracker: Any, kind: str, index: int, whole: bool = False) -> Any:
         """Re-runs the forward; returns saved tensor `index` ("saved") or output `index` ("output").
 
-        A replay for a saved tensor stops once the forward has saved it,
-        unless `whole` (Note [A replay stops at its tensor])."""
+        A rerun for a saved tensor stops once the forward has saved it,
+        unless `whole` (Note [A rerun stops at its tensor])."""
         import torch
         from torch.utils._pytree import tree_map
 
@@ -94,7 +94,7 @@ class Segment:
             if kind == "saved" and count[0] == index:
                 captured.append(t)
                 if not whole:
-                    raise _Captured  # Note [A replay stops at its tensor]
+                    raise _Captured  # Note [A rerun stops at its tensor]
             count[0] += 1
             return None
 
@@ -120,7 +120,7 @@ class Segment:
             if kind == "saved":
                 if not captured:
                     raise RuntimeError(
-                        f"tensorpager: replaying {type(self.module).__name__} saved {count[0]} tensors, "
+                        f"tensorpager: rerunning {type(self.module).__name__} saved {count[0]} tensors, "
                         f"fewer than the {index + 1} of its first run; its forward is not deterministic "
                         "in what it saves, so it cannot be recomputed")
                 result = captured[0]
@@ -137,9 +137,9 @@ class Segment:
                 tracker.lender.lend_again(returned)
 
     def _swap_buffers(self, held: list) -> None:
-        """Gives every module of the segment clones of its buffers for the replay.
+        """Gives every module of the segment clones of its buffers for the rerun.
 
-        A replay must not count twice in running statistics, and must not
+        A rerun must not count twice in running statistics, and must not
         change the buffers in place even to put them back: their versions
         would move, and autograd saves some of them (batch norm's running
         statistics), so their unpack would raise (Note [In-place changes to
@@ -185,7 +185,7 @@ def modules_read(module: Any) -> list:
 
 
 class HeldInput:
-    """A segment input kept for its replay: managed (handle) or, when it is not
+    """A segment input kept for its rerun: managed (handle) or, when it is not
     tensorpager's to manage, the tensor itself."""
 
     __slots__ = ("handle", "tensor", "requires_grad")
