@@ -89,7 +89,6 @@ struct session_state {
   /// The session began with the configured budget unknown (a share of a
   /// device not opened): its end restores the configured one.
   bool configured_budget_unknown = false;
-  std::uint64_t steps = 0;
 };
 
 /// A runtime attached to the timeline, and its recorder into the current log

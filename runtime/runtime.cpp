@@ -120,6 +120,10 @@ void memory_runtime::remove_settling(managed_tensor& t) { erase_unordered(settli
 void memory_runtime::remove_in_flight(managed_tensor& t) { erase_unordered(in_flight_, t); }
 
 void memory_runtime::after_event_locked(bool is_access) {
+  if (!is_access && !iteration_open_) {  // Note [A step is an iteration] in runtime_stats.hpp
+    iteration_open_ = true;
+    ++stats_.steps;
+  }
   if (const step_plan* plan = active_plan_locked()) {
     carry_out_plan_locked(*plan);
     // What a reclaim swapped against the plan comes back the usual way.
@@ -181,13 +185,14 @@ void memory_runtime::step() {
   }
   recorder_.begin_step(clock_.now_ns());
   by_ordinal_.clear();
-  ++stats_.steps;
+  iteration_open_ = false;
+  ++boundaries_;
   floor_.end_step();
   // Note [Proactive offload under pressure]
   const std::uint64_t pressure = stats_.reclaims + stats_.proactive_offloads;
   proactive_armed_ = pressure != pressure_mark_;
   pressure_mark_ = pressure;
-  notify_locked(runtime_event_kind::step, nullptr, static_cast<std::int64_t>(stats_.steps) - 1);
+  notify_locked(runtime_event_kind::step, nullptr, static_cast<std::int64_t>(boundaries_) - 1);
   lineage_.prune();
   plan_locked();
   reset_plan_locked();

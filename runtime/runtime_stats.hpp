@@ -44,6 +44,14 @@ struct runtime_stats {
   std::size_t evictable_bytes = 0;  ///< resident candidates nothing else holds (can_release)
   std::size_t held_bytes = 0;       ///< resident candidates the program still holds elsewhere
   std::size_t prefetch_distance = 0;
+  // Note [A step is an iteration]
+  // stats().steps counts training iterations, not boundaries: an iteration is
+  // counted at the first tensor it tracks (what a session's end brings back
+  // is an access, and starts none). Boundaries come between iterations
+  // (a Python block sees one at the next iteration's first forward, a C++
+  // budget_scope at each step() its program calls), so counting them left the
+  // last iteration out where no boundary follows it, and every reader added one.
+  // A boundary with no tensor tracked since the previous one counts nothing.
   std::uint64_t steps = 0;
   /// Note [Resident floor]: the most held at once that no eviction could
   /// give back, over the last completed step and the one in progress.

@@ -66,7 +66,6 @@ std::optional<std::size_t> begin_session(const session_request& req) {
   r.pending_ratio = req.ratio;
   r.ratio = req.ratio;
   r.configured_budget_unknown = !known && !changes;
-  r.steps = 0;
   if (req.ratio) {
     // Note [A ratio measures its first step] in budget_api.hpp.
     a.control.release_cache();
@@ -115,7 +114,6 @@ void session_step(bool resolve_ratio) {
     std::lock_guard lock(r.mutex);
     if (!r.active) return;
     s = r.active;
-    ++r.steps;
     if (resolve_ratio) ratio = std::exchange(r.pending_ratio, std::nullopt);
   }
   if (ratio) {
@@ -162,19 +160,17 @@ bool session_remeasure() {
 
 std::map<std::string, std::int64_t> session_stats() {
   std::shared_ptr<budget_session> s;
-  std::uint64_t steps = 0;
   {
     session_registry& r = sessions();
     std::lock_guard lock(r.mutex);
     s = r.last;
-    steps = r.steps;
   }
   if (!s) return {};
   const runtime_stats st = s->stats();
   const std::string p = "tensorpager.runtime.";
   return {
       {p + "active", s->closed() ? 0 : 1},
-      {p + "steps", as_int(steps)},
+      {p + "steps", as_int(st.steps)},  // Note [A step is an iteration] in runtime/runtime_stats.hpp
       {p + "offloaded_bytes", as_int(st.offloaded_bytes)},
       {p + "prefetched_bytes", as_int(st.prefetched_bytes)},
       {p + "offloads", as_int(st.offloads)},

@@ -204,10 +204,9 @@ def _finish(timeline: str, manage: str = MANAGE_ACTIVATIONS) -> None:
     peak = int(stats.get("reserved_bytes.all.peak", 0))
     syncs = int(stats.get("tensorpager.num_device_syncs", 0))
     runtime = {str(k): int(v) for k, v in ext.runtime_stats().items()}
-    # The runtime counts step boundaries; the last iteration ends with none
-    # (Note [One step per iteration]): 5 iterations are 4 boundaries.
+    # Iterations, as the runtime counts them (Note [A step is an iteration] in runtime/runtime_stats.hpp).
     tracker = block._tracker
-    steps = runtime.get("tensorpager.runtime.steps", 0) + (1 if tracker is not None and tracker.unpacked else 0)
+    steps = runtime.get("tensorpager.runtime.steps", 0)
     measured = tracker.measured_peak if tracker is not None else None  # Note [Peaks under a ratio budget]
     block._previous = None  # at exit: end with no budget, so nothing fails for want of memory
     lost = ""

@@ -232,5 +232,6 @@ class budget:
 
     @property
     def steps(self) -> int:
-        """Step boundaries seen so far."""
-        return self._tracker.steps if self._tracker is not None else 0
+        """Training iterations so far, as the runtime counts them (Note [A step is an iteration] in
+        ``runtime/runtime_stats.hpp``): the one in progress included."""
+        return int(_ext.load().runtime_stats().get("tensorpager.runtime.steps", 0))

@@ -129,5 +129,28 @@ TEST(Runtime, PrefetchAheadFollowsTheRecordedStepAndDistanceAdapts) {
   EXPECT_GT(st.prefetch_distance, 1u);  // stalls pushed prefetching earlier
 }
 
+// Note [A step is an iteration]: three iterations, with boundaries between
+// them and none after the last (as a Python block sees them), are three
+// steps; a boundary with nothing tracked since the previous one, and the
+// accesses that bring everything back at the end, count none.
+TEST(RuntimeRecordedStep, StepsCountIterationsNotBoundaries) {
+  runtime_rig rig;
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk);
+  std::vector<std::unique_ptr<fake_binding>> bs;
+  std::vector<tensor_id> ids;
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    if (iteration > 0) rt.step();
+    EXPECT_EQ(rt.stats().steps, std::uint64_t(iteration));  // counted at its first tensor, not at the boundary
+    bs.push_back(std::make_unique<fake_binding>(rig, MiB, iteration));
+    ids.push_back(rt.track(*bs.back(), bs.back()->bytes(), rig.compute, 0));
+    EXPECT_EQ(rt.stats().steps, std::uint64_t(iteration + 1));
+  }
+  rt.step();
+  rt.step();  // nothing tracked since the previous boundary
+  for (tensor_id id : ids) rt.access(id);  // what a session's end brings back
+  EXPECT_EQ(rt.stats().steps, 3u);
+  for (tensor_id id : ids) rt.untrack(id);
+}
+
 }  // namespace
 }  // namespace tp
