@@ -1,7 +1,8 @@
-"""Models and inputs the tp.compress tests share (test_compress.py, test_compress_selection.py)."""
+"""Models, inputs and the package fixture the tp.compress tests share (test_compress.py, test_compress_selection.py)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -19,3 +20,11 @@ def small_cnn(seed: int) -> nn.Module:
         nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10),
     )
+
+
+@pytest.fixture(scope="module")
+def tp():  # noqa: ANN201 - the package, with the extension loaded
+    import tensorpager
+
+    tensorpager.compress.reset_stats()
+    return tensorpager

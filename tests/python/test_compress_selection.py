@@ -14,17 +14,9 @@ from conftest import requires_ext
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from compress_models import small_cnn, smooth_images  # noqa: E402 - after torch's importorskip
+from compress_models import small_cnn, smooth_images, tp  # noqa: E402, F401 - after torch's importorskip; tp: a fixture
 
 pytestmark = requires_ext
-
-
-@pytest.fixture(scope="module")
-def tp():  # noqa: ANN201 - the package, with the extension loaded
-    import tensorpager
-
-    tensorpager.compress.reset_stats()
-    return tensorpager
 
 
 @pytest.fixture
