@@ -35,6 +35,7 @@ GPU's tensors. tensorpager's own swaps go to its pinned host pool, also
 outside the cap. On CUDA the peers run PyTorch's allocator under
 set_per_process_memory_fraction and torch's own save_on_cpu.
 """
+# Over 300 lines because the GPU check runs it standalone: models, rows, probes and page in one file.
 
 from __future__ import annotations
 
