@@ -1,4 +1,4 @@
-"""The budget's tracker, segments and reruns in process, against a fake extension.
+"""The budget's tracker, segments, reruns and lender in process, against a fake extension.
 
 The tracker (``_tracker.Tracker``) reaches ``_C`` only through the ``ext`` it
 is given, as the C++ runtime reaches a device through its adapter; here that
@@ -7,7 +7,8 @@ the tracker asked of it. So these tests need no build, install nothing, and
 read as the contract: which saved tensors become recomputable by rerunning
 their segment (Note [Segments] in ``_tracker.py``), that a rerun hands back
 the very bytes of the first run (RNG and buffers included), which forwards
-cannot be rerun, and how many step boundaries an iteration makes.
+cannot be rerun, how many step boundaries an iteration makes, and that
+what a backward lends comes back when it ends, or raises.
 """
 
 from __future__ import annotations
@@ -40,10 +41,22 @@ class FakeHandle:
         return self.tensor
 
 
+class FakeLoan:
+    """What ``_C.lend`` returns: the bytes stay where they are; whether they came back is recorded."""
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.tensor = t
+        self.back = False
+
+    def give_back(self) -> None:
+        self.back = True
+
+
 class FakeExt:
-    """The calls the tracker makes on ``_C``, with no budget and nothing moved."""
+    """The calls the tracker and the lender make on ``_C``, with no budget and nothing moved."""
 
     def __init__(self) -> None:
+        self.loans: list[FakeLoan] = []
         self.handles: list[FakeHandle] = []
         self.tracked: set[int] = set()
         self.foreign: set[int] = set()  # storage keys that pack reports unmanaged (another allocator's)
@@ -57,6 +70,10 @@ class FakeExt:
         self.handles.append(h)
         return h
 
+    def lend(self, t: torch.Tensor) -> FakeLoan:
+        self.loans.append(FakeLoan(t))
+        return self.loans[-1]
+
     def budget_step(self, resolve_ratio: bool = True) -> None:
         self.boundaries += 1
         self.tracked.clear()
@@ -69,9 +86,9 @@ class FakeExt:
 
 
 @contextlib.contextmanager
-def tracking(ext: FakeExt, **options: object):  # noqa: ANN201
+def tracking(ext: FakeExt, lend: bool = False):  # noqa: ANN201
     """A tracker on ext, its module hooks and saved-tensor hooks entered, as ``tp.budget`` enters them."""
-    tr = _tracker.Tracker(ext, segment_depth=1, recompute=True, lend=False, **options)
+    tr = _tracker.Tracker(ext, segment_depth=1, recompute=True, lend=lend)
     sub = _module_hooks.subscribe(tr.pre_forward, tr.post_forward)
     try:
         with torch.autograd.graph.saved_tensors_hooks(tr.pack, tr.unpack):
@@ -79,6 +96,8 @@ def tracking(ext: FakeExt, **options: object):  # noqa: ANN201
     finally:
         sub.remove()
         tr.close()
+        if tr.lender is not None:
+            tr.lender.close()
 
 
 def recomputable(ext: FakeExt) -> list[FakeHandle]:
@@ -175,3 +194,39 @@ def test_one_step_boundary_per_iteration_with_zero_grad_first() -> None:
             loss.backward()
             opt.step()
         assert tr.steps == ext.boundaries == 3  # the last iteration ends with the block (Note [One step per iteration])
+
+
+def mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
+
+
+def test_what_a_backward_lends_comes_back_when_it_ends() -> None:
+    # Note [Lending parameters and gradients] in _lend.py: a parameter and its
+    # gradient are lent once accumulated, and everything is given back at the
+    # backward's end, before the optimizer can read it.
+    model, ext = mlp(), FakeExt()
+    with tracking(ext, lend=True) as tr:
+        model(torch.randn(8, 16)).sum().backward()
+        assert ext.loans, "the later layers' weights and gradients were lent while the backward ran"
+        assert all(loan.back for loan in ext.loans) and not tr.lender.lent
+
+
+def test_a_backward_that_raises_gives_everything_back_before_the_handler_runs() -> None:
+    # Note [A backward that raises gives everything back] in _open_lender.py.
+    model, ext = mlp(), FakeExt()
+
+    def fail(grad: torch.Tensor) -> None:
+        raise RuntimeError("a hook's error")
+
+    with tracking(ext, lend=True) as tr:
+        hidden = model[0](torch.randn(8, 16))
+        hidden.register_hook(fail)  # runs late in the backward, after the later layers' loans
+        out = model[4](model[3](model[2](model[1](hidden))))
+        with pytest.raises(RuntimeError, match="a hook's error"):
+            try:
+                out.sum().backward()
+            except RuntimeError:
+                assert ext.loans and all(loan.back for loan in ext.loans) and not tr.lender.lent
+                raise
+
