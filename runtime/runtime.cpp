@@ -186,13 +186,13 @@ void memory_runtime::step() {
   recorder_.begin_step(clock_.now_ns());
   by_ordinal_.clear();
   iteration_open_ = false;
-  ++boundaries_;
   floor_.end_step();
   // Note [Proactive offload under pressure]
   const std::uint64_t pressure = stats_.reclaims + stats_.proactive_offloads;
   proactive_armed_ = pressure != pressure_mark_;
   pressure_mark_ = pressure;
-  notify_locked(runtime_event_kind::step, nullptr, static_cast<std::int64_t>(boundaries_) - 1);
+  // After k boundaries the recorder has begun k + 1 steps (one at construction): the ended one is k - 1.
+  notify_locked(runtime_event_kind::step, nullptr, static_cast<std::int64_t>(recorder_.steps_completed()) - 2);
   lineage_.prune();
   plan_locked();
   reset_plan_locked();

@@ -329,9 +329,8 @@ class memory_runtime final : public reclaimer {
   // Note [Proactive offload under pressure]
   bool proactive_armed_ = false;
   // Note [A step is an iteration] (runtime_stats.hpp): whether the iteration since the last
-  // boundary has tracked a tensor; the boundaries seen, for the timeline.
+  // boundary has tracked a tensor.
   bool iteration_open_ = false;
-  std::uint64_t boundaries_ = 0;
   std::uint64_t pressure_mark_ = 0;  // reclaims + proactive offloads when this step began
   bool said_host_full_ = false;
   // Note [Recompute limit]

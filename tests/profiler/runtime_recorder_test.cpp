@@ -91,6 +91,7 @@ TEST(RuntimeRecorder, SwapRoundTripLandsInTheLogWithTimesBytesAndHostTotals) {
   EXPECT_GE(ev[0].host_bytes, static_cast<std::int64_t>(b.bytes()));
   EXPECT_EQ(ev[1].t_ns - ev[0].t_ns, 5000);  // stamped by the log's clock
   EXPECT_EQ(ev[4].detail, 1000);
+  EXPECT_EQ(ev[5].detail, 0);  // the first step that ended is step 0
 
   const timeline_analysis a = analyze(r.log.snapshot());
   ASSERT_EQ(a.devices.size(), 1u);
