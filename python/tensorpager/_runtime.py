@@ -190,7 +190,7 @@ class budget:
             except Exception as e:
                 lend_error = e
         if tracker is not None and tracker.unpacked:
-            ext.timeline_step(tracker.steps)  # the last iteration's end (Note [One step per iteration])
+            ext.timeline_step(tracker.boundaries)  # the last iteration's end (Note [One step per iteration])
         if self.timeline is not None:
             # The block's timeline is the block's: what ending the session
             # brings back, with the budget lifted, is not part of it.

@@ -1,6 +1,6 @@
 """Where a training iteration ends, for the tracker of a budget block (``_tracker.py``).
 
-Note [A step is an optimizer step]
+Note [Where an iteration ends]
 A step is one training iteration. Where the budget's thread steps an
 optimizer, a boundary is the first outermost forward with grad after an
 optimizer step has finished: gradient accumulation (several backwards per

@@ -33,7 +33,7 @@ runs; a module forward that finds it no longer among its callers forgets the
 stack and the half-recorded segment, and starts at the outermost level.
 
 What the hooks do under torch.compile is Note [torch.compile] in
-``_compiled.py``. Steps (Note [A step is an optimizer step]) are told apart in
+``_compiled.py``. Steps (Note [Where an iteration ends]) are told apart in
 ``_steps.py``.
 """
 
@@ -77,7 +77,8 @@ class Tracker:
         self.producers = _producers.Producers(self)
         self.unpacked = False
         self.suspended = 0  # > 0 while a rerun runs: hooks stand aside
-        self.steps = 0
+        # The index of the iteration in progress, which the block's end records (Note [One step per iteration]).
+        self.boundaries = 0
         # Note [Peaks under a ratio budget] in _runtime.py: True while a ratio
         # has not taken effect; the peak reserved it was measured on.
         self.measuring = False
@@ -86,7 +87,7 @@ class Tracker:
         # (the managed process mends its out-of-memory hint: Note [The
         # out-of-memory hint in a managed process] in _exit_report.py).
         self.forward_raised: Callable[[BaseException | None], None] | None = None
-        # Note [A step is an optimizer step] in _steps.py.
+        # Note [Where an iteration ends] in _steps.py.
         self.iterations = _steps.Steps(lambda: self.thread, self._first_optimizer_step)
         self.warned_compiled = False  # Note [torch.compile] in _compiled.py
         self.scanned: set[int] = set()  # ids of outermost modules looked through for compiled ones
@@ -240,7 +241,7 @@ class Tracker:
             if key is not None and key not in seg.input_keys:
                 self.producers.add(key, o, seg, j)
 
-    # --- steps: Note [A step is an optimizer step] in _steps.py ----------------------
+    # --- steps: Note [Where an iteration ends] in _steps.py ----------------------
     def _first_optimizer_step(self) -> None:
         if not self.measuring and self.ext.budget_remeasure():
             self.measuring = True  # the ratio was resolved before the optimizer state existed
@@ -251,7 +252,7 @@ class Tracker:
             self._forget_interrupted_forward()  # Note [A forward that a BaseException ended]
         self.unpacked = False
         self.producers.clear()
-        self.steps += 1
+        self.boundaries += 1
         self.iterations.boundary()
         if not self.measuring:
             self.ext.budget_step()

@@ -56,14 +56,14 @@ __all__ = ["start_timeline", "stop_timeline", "dump_timeline", "dump_snapshot", 
 
 _lock = threading.Lock()
 _tracker: _PhaseTracker | None = None
-_steps = 0  # step boundaries recorded so far, by the hooks or by mark_step()
+_boundaries = 0  # step boundaries recorded so far, by the hooks or by mark_step()
 
 
 def _next_step() -> int:
-    global _steps
+    global _boundaries
     with _lock:
-        index = _steps
-        _steps += 1
+        index = _boundaries
+        _boundaries += 1
     return index
 
 
@@ -204,9 +204,9 @@ def track_phases_for(ext: ModuleType) -> None:
 
     Idempotent for the hooks. Call it after the recording has started.
     """
-    global _tracker, _steps
+    global _tracker, _boundaries
     with _lock:
-        _steps = 0
+        _boundaries = 0
         if _tracker is None:
             _tracker = _PhaseTracker(ext)
         else:

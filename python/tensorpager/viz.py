@@ -3,11 +3,12 @@
 IN is a file tensorpager wrote (``.json`` or ``.pickle``: both carry the saved
 timeline under the key ``"tensorpager"``, Note [Saved timeline] in
 ``profiler/saved_timeline.hpp``) or a snapshot PyTorch wrote
-(``torch.cuda.memory._dump_snapshot``), whose device traces are read as
-allocator events. OUT's extension chooses the format: ``.json`` (Perfetto /
-chrome://tracing), ``.pickle`` (memory_viz), ``.html`` (a self-contained page),
-``.txt`` (a text report). The writers are tensorpager's C++ ones, so this
-loads ``tensorpager._C`` (and torch); it installs nothing.
+(``torch.cuda.memory._dump_snapshot``), whose allocator log (its
+``device_traces``) is read as allocator events. OUT's extension chooses the
+format: ``.json`` (Perfetto / chrome://tracing), ``.pickle`` (memory_viz),
+``.html`` (a self-contained page), ``.txt`` (a text report). The writers are
+tensorpager's C++ ones, so this loads ``tensorpager._C`` (and torch); it
+installs nothing.
 
 Exit status: 0 on success, 2 when IN cannot be read or converted.
 """
@@ -34,8 +35,8 @@ READS = (
     " .html and .txt are outputs only"
 )
 
-_TRACE_ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom", "segment_map",
-                  "segment_unmap")
+_LOG_ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom", "segment_map",
+                "segment_unmap")
 _GROW = ("segment_alloc", "segment_map")  # reserved bytes up (segment_map: expandable segments)
 _SHRINK = ("segment_free", "segment_unmap")
 
@@ -69,14 +70,14 @@ def load(path: str) -> dict[str, Any]:
 
 
 def from_torch_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
-    """A saved timeline from a PyTorch memory snapshot's device traces.
+    """A saved timeline from a PyTorch memory snapshot's allocator log (its ``device_traces``).
 
-    PyTorch keeps the last entries in a ring, so the trace may begin mid-run:
+    PyTorch keeps the last entries in a ring, so the log may begin mid-run:
     the totals before its first entry are the snapshot's final segments minus
-    what the trace did. Categories come from entries' ``category`` where they
+    what the log did. Categories come from entries' ``category`` where they
     name one of tensorpager's, labels from the first frame; all else is unknown.
     """
-    kinds = list(_TRACE_ACTIONS)
+    kinds = list(_LOG_ACTIONS)
     categories = ["unknown", "parameter", "activation", "gradient", "optimizer_state", "compressed"]
     labels = [""]
     label_ids: dict[str, int] = {"": 0}
@@ -87,8 +88,8 @@ def from_torch_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
         tot[1] += int(seg["total_size"])
         tot[0] += sum(int(b["size"]) for b in seg.get("blocks", []) if b.get("state") == "active_allocated")
     rows: list[list[int]] = []
-    for d, trace in enumerate(snapshot.get("device_traces", [])):
-        entries = [e for e in trace if e.get("action") in _TRACE_ACTIONS]
+    for d, log in enumerate(snapshot.get("device_traces", [])):
+        entries = [e for e in log if e.get("action") in _LOG_ACTIONS]
         net_alloc = sum(int(e["size"]) for e in entries if e["action"] == "alloc") - sum(
             int(e["size"]) for e in entries if e["action"] == "free_requested")
         net_res = sum(int(e["size"]) for e in entries if e["action"] in _GROW) - sum(

@@ -8,7 +8,7 @@ nothing of tensorpager. Under only
 run's losses and final state bit for bit, with the budget in force and one
 step per iteration, or be refused at the boundary that resolves the ratio
 (before any iteration ran under it), naming the ratio that could work (Note
-[A step is an optimizer step] in _steps.py). Before: the ratio was a share
+[Where an iteration ends] in _steps.py). Before: the ratio was a share
 of the first backward's peak, every micro-batch, closure call and checkpoint
 recompute was a step, and the momentum recipe died at its second step.
 """

@@ -1,4 +1,4 @@
-"""Memory timelines from Python: the JSON trace, the memory_viz pickle, the
+"""Memory timelines from Python: the JSON file, the memory_viz pickle, the
 report, phase tracking and ``python -m tensorpager.viz``.
 
 One child process records a run (timeline_record.py: training steps, exact
@@ -162,15 +162,15 @@ def test_pickle_has_the_keys_and_actions_memory_viz_needs(run: dict[str, Any]) -
 
 def test_pickle_distinguishes_offloaded_and_prefetched_memory(run: dict[str, Any]) -> None:
     _, snap = load_pickle(run)
-    trace = snap["device_traces"][0]
-    freed_to_host = [e for e in trace if e["action"] == "free_requested"
+    log = snap["device_traces"][0]
+    freed_to_host = [e for e in log if e["action"] == "free_requested"
                      and any("offloaded to host (tensor 1)" in f["name"] for f in e["frames"])]
     assert len(freed_to_host) == 1 and freed_to_host[0]["size"] >= 3 << 20
-    prefetched = [e for e in trace if e["action"] == "alloc" and e["category"].endswith("(prefetched)")]
+    prefetched = [e for e in log if e["action"] == "alloc" and e["category"].endswith("(prefetched)")]
     assert len(prefetched) == 1
 
 
-def test_replaying_the_device_traces_gives_the_final_statistics(run: dict[str, Any]) -> None:
+def test_the_allocator_log_sums_to_the_final_statistics(run: dict[str, Any]) -> None:
     _, snap = load_pickle(run)
     allocated = reserved = active = segments = 0
     for e in snap["device_traces"][0]:

@@ -193,7 +193,7 @@ def test_one_step_boundary_per_iteration_with_zero_grad_first() -> None:
             opt.zero_grad()
             loss.backward()
             opt.step()
-        assert tr.steps == ext.boundaries == 3  # the last iteration ends with the block (Note [One step per iteration])
+        assert tr.boundaries == ext.boundaries == 3  # the last iteration ends with the block (Note [One step per iteration])
 
 
 def mlp() -> nn.Module:
