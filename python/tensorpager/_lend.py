@@ -36,9 +36,10 @@ lender must see that nothing reads a lent storage:
   so is a parameter of a segment that tensorpager reruns, which is lent
   again once the rerun has run.
 - A node's backward may lend, for one call, a tensor it holds but reads no
-  more (``lent_while``): the split stem's backward lends its incoming
-  gradient while ``convolution_backward`` allocates, and takes it back when
-  the call returns (Note [The split lends its incoming gradient] in
+  more (``Lender.lend_held``, which returns a ``TensorLoan`` the caller gives
+  back): the split stem's backward lends its incoming gradient while
+  ``convolution_backward`` allocates, and gives it back when the call returns
+  or raises (Note [The split lends its incoming gradient] in
   techniques/split_chain.py).
 - Parameters and optimizer state are given back before gradients, since
   they outlive them: each restore allocates, and lent in pairs a weight and
@@ -63,7 +64,6 @@ process lends under ``manage:all``, not under ``manage:activations``.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import weakref
 
@@ -71,7 +71,7 @@ from tensorpager import _open_lender
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Iterator
+    from typing import Any, Callable
 
 
 MIN_STATE_BYTES = 64 << 10  # optimizer state smaller than this stays put
@@ -82,11 +82,25 @@ class SavedParameter:
     __slots__ = ("handle", "param")
 
     def __init__(self, handle: Any, param: Any) -> None:
-        self.handle = handle
-        self.param = param
+        self.handle, self.param = handle, param
 
     def unpack(self) -> Any:
         return self.handle.unpack()
+
+
+class TensorLoan:
+    """A tensor lent by the backward that holds it (``Lender.lend_held``), until that backward gives it back.
+    The backward's end gives it back too (give_back_all()); giving it back again does nothing."""
+
+    __slots__ = ("lender", "key")
+
+    def __init__(self, lender: Lender, key: int) -> None:
+        self.lender, self.key = lender, key
+
+    def give_back(self, quiet: bool = False) -> None:
+        """Resident again. quiet: a failure is not raised (the caller's error is the one to see); the loan
+        then stays with the lender, for give_back_all()."""
+        self.lender._give_back(self.key, quiet)
 
 
 class Lender:
@@ -209,22 +223,14 @@ class Lender:
             if gradient:
                 self.gradients.add(id(t))
 
-    @contextlib.contextmanager
-    def lent_while(self, t: Any) -> Iterator[None]:
-        """t lent for the block, given back when it ends: a node's backward
-        that holds t (its incoming gradient) but reads it no more (Note [The
-        split lends its incoming gradient] in techniques/split_chain.py). Nothing outside a
-        backward, nor under torch.distributed."""
+    def lend_held(self, t: Any) -> TensorLoan | None:
+        """t lent until the caller gives the loan back: a node's backward that holds t (its incoming gradient)
+        but reads it no more (Note [The split lends its incoming gradient] in techniques/split_chain.py).
+        None where nothing is lent: outside a backward, under torch.distributed, t lent already, or refused."""
         if not self.in_backward or self._distributed() or id(t) in self.lent:
-            yield
-            return
+            return None
         self._lend(t)
-        try:
-            yield
-        except BaseException:
-            self._give_back(id(t), quiet=True)  # the block's error is the one to see
-            raise
-        self._give_back(id(t))
+        return TensorLoan(self, id(t)) if id(t) in self.lent else None
 
     # --- giving back -------------------------------------------------------------------
     def _give_back(self, key: int, quiet: bool = False) -> bool:
@@ -292,8 +298,3 @@ class Lender:
                 h.remove()
             self.hooks.clear()
 
-
-def lent_while(t: Any) -> contextlib.AbstractContextManager[None]:
-    """Lender.lent_while(t) of the active budget, if it lends; else nothing."""
-    lender = _open_lender.current()
-    return contextlib.nullcontext() if lender is None else lender.lent_while(t)

@@ -2,8 +2,9 @@
 
 A process has at most one budget block at a time, so at most one lender
 (``_lend.Lender``). Two things reach it without asking the runtime for its
-block: ``_lend.lent_while()`` (the split stem's backward) and the wrapped
-engine entry below.
+block: the split stem's backward (``techniques/split_chain.py``, which lends
+its incoming gradient through ``Lender.lend_held``) and the wrapped engine
+entry below.
 
 Note [A backward that raises gives everything back]
 The engine's callbacks run only when a backward completes. One that raises
