@@ -6,22 +6,19 @@ Python: traced, they would either break the trace (pybind calls, per-call
 state) or be baked into the graph. So every hook returns at once while
 torch.compile traces (``torch.compiler.is_compiling()``); the compiled code
 runs with the hooks left out, and unpack hands back a tensor that a compiled
-graph saved itself. Measured on the CPU (torch 2.11, an MLP of 6 blocks;
-``tests/python/test_compile.py``):
+graph saved itself. What that gives (``tests/python/test_compile.py``):
 
 - ``torch.compile(model)``: the compiled graph saves through tensorpager's
-  hooks when it runs (30 of 46 saved tensors managed, as in eager), but its
+  hooks when it runs (as many saved tensors managed as in eager), but its
   forward holds every activation until it returns and its backward unpacks
-  them all at once, so no budget below the region's peak fits (0.95 runs out
-  of memory);
+  them all at once, so no budget below the region's peak fits;
 - ``module.compile()`` on each block: the hooks are traced into the graph,
   as nothing, and the blocks' saved tensors are not managed at all (the
   budget floor says so at the first step).
 
 In both, values stay bit-identical to the same compiled model without a
-budget. Before, a compiled module under a budget failed to compile (dynamo
-traced the module hooks). The first compiled module the tracker sees gets
-one warning saying this.
+budget. The first compiled module the tracker sees gets one warning saying
+this. Measured: docs/decisions.md, Note [torch.compile].
 """
 
 from __future__ import annotations

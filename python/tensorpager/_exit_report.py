@@ -9,9 +9,9 @@ Note [The exit line]
   and, for a ratio, apart from it, the peak that the ratio was resolved on,
   measured without a budget (Note [A ratio is a share of a steady iteration]
   in ``hooks/budget/budget_api.hpp``) (Note [Peaks under a ratio budget]
-  in ``_runtime.py``). Before, the one "peak reserved" was the larger of the
-  two, so a BERT run read "budget 186 MiB, peak reserved 372 MiB" while every
-  budgeted step kept to its budget. Then what the runtime moved, how long
+  in ``_runtime.py``): one "peak reserved" that is the larger of the two
+  reads as a budget broken while every budgeted step kept to it (Measured:
+  docs/decisions.md, Note [The exit line]). Then what the runtime moved, how long
   the step waited for it, and the host waits on the device that giving memory
   back took (``tensorpager.num_device_syncs``: a ``cudaFree`` waits for the
   whole device, an unmap for its stream; each stops the host queueing work

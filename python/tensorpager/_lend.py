@@ -2,9 +2,9 @@
 
 Note [Lending parameters and gradients]
 A backward's peak is often where no activation can help: a ResNet's stem
-holds its activation gradients and BatchNorm operands (150 MiB for a
-ResNet-18 at batch 32, 160x160) while every layer's weights and gradients
-(85 MiB more) sit on the device, unused until the optimizer step. So, under a
+holds its activation gradients and BatchNorm operands while every layer's
+weights and gradients sit on the device, unused until the optimizer step
+(for a ResNet-18, over half as much again as the stem holds). So, under a
 budget, the program lends them to the runtime, which may swap them to host
 memory like saved activations (C++: Note [Lent storages] in
 hooks/budget/saved_storage.hpp). The program still holds them, so the
@@ -45,9 +45,8 @@ lender must see that nothing reads a lent storage:
   they outlive them: each restore allocates, and lent in pairs a weight and
   its gradient came back side by side, so the next zero_grad left holes
   the size of each weight between weights that stay, in granules the
-  allocator cannot unmap. A ResNet-18 whose stem is split ran out of memory
-  in the next forward at 0.3 of its peak with 8.4 MiB of such holes between
-  layer3's weights (docs/budget.md).
+  allocator cannot unmap (enough to run a ResNet-18 whose stem is split
+  out of memory at 0.3 of its peak).
 - Nothing is lent while ``torch.distributed`` is initialized (DDP's
   collectives read gradients and buckets outside autograd's order), nor a
   tensor that shares its storage with any other tensor at that moment (a
@@ -60,6 +59,7 @@ keeps a parameter on ``ctx`` instead of saving it. While its bytes are away
 such a read raises an error that says so (Note [Lent storages]), never a
 wrong value or a crash. ``tp.budget`` lends unless ``lend=False``; a managed
 process lends under ``manage:all``, not under ``manage:activations``.
+Measured: docs/decisions.md, Note [Lending parameters and gradients].
 """
 
 from __future__ import annotations
@@ -258,8 +258,7 @@ class Lender:
         """After the rerun: what give_back_params() returned is lent again.
         The rerun saved nothing autograd will unpack, so what made them
         lendable still holds; kept instead, a stage's weights stayed resident
-        for the rest of the backward once a rerun of the stage had read them
-        (9 MiB at a ResNet-18's stem, of a 130 MiB budget)."""
+        for the rest of the backward once a rerun of the stage had read them."""
         if not self.in_backward:
             return  # the backward ended during the rerun: give_back_all() has run
         for p in params:

@@ -2,8 +2,8 @@
 
 Note [One pair of global module hooks]
 The budget's tracker, timelines, operator traces and compression each follow
-module forwards. Each registered a pair of PyTorch's global module hooks of
-its own; now they subscribe here, and one forward pre hook and one forward
+module forwards. Rather than each registering a pair of PyTorch's global
+module hooks, they subscribe here, and one forward pre hook and one forward
 hook (``always_call``, ``with_kwargs``) stay registered while anything is
 subscribed. Each hook calls the subscribers in the order they subscribed,
 as PyTorch calls hooks in the order they were registered.

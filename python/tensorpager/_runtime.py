@@ -30,7 +30,7 @@ the ratio takes effect the tracker keeps the measured peak
 (``Tracker.measured_peak``) and resets the peak statistics: from then on
 ``tp.stats()`` (and ``torch.cuda.max_memory_reserved()``) give the peaks under
 the budget, and the exit line of a managed process gives both, apart (Note
-[The exit line] in ``_managed.py``). A user's own reset later wins, as always.
+[The exit line] in ``_exit_report.py``). A user's own reset later wins, as always.
 
 Note [What a budget covers]
 The cap is the allocator's, so it is device-wide. The runtime manages what

@@ -27,10 +27,11 @@ PyTorch runs ``always_call`` forward hooks when a forward raises an
 Exception, not a BaseException: a KeyboardInterrupt (Ctrl-C, SIGINT) or a
 SystemExit leaves the forwards it ended on the tracker's module stack, and
 with them no outermost forward again, so no step boundary ever came and every
-saved tensor after it stayed tracked (a 46 MiB step held 362 MiB after 38
-more iterations). The tracker keeps the outermost forward's frame while it
-runs; a module forward that finds it no longer among its callers forgets the
-stack and the half-recorded segment, and starts at the outermost level.
+saved tensor after it stayed tracked. The tracker keeps the outermost
+forward's frame while it runs; a module forward that finds it no longer among
+its callers forgets the stack and the half-recorded segment, and starts at the
+outermost level. Measured: docs/decisions.md, Note [A forward that a
+BaseException ended].
 
 What the hooks do under torch.compile is Note [torch.compile] in
 ``_compiled.py``. Steps (Note [Where an iteration ends]) are told apart in

@@ -17,8 +17,8 @@ alone. Those kernels give the same bits on a chunk as on the whole (on the
 CPU, checked by tests/python/test_split.py over shapes, chunk sizes and
 thread counts). The convolution's weight gradient does not: it sums over the
 batch and the image, and oneDNN orders that sum by the tensor's shape (a
-chunk of filters gave other bits at batch 4, 64x64, though not at batch 32,
-160x160). So the backward gathers the convolution's output gradient whole,
+chunk of filters gave other bits at some shapes; Measured: docs/decisions.md,
+Note [Why the split is exact]). So the backward gathers the convolution's output gradient whole,
 chunk by chunk, and makes the one ``convolution_backward`` call autograd would
 have made, for the input, weight and bias gradients at once. That whole
 gradient is the split's largest tensor: the size of the convolution's
@@ -36,10 +36,10 @@ budget that lends (Note [Lending parameters and gradients] in _lend.py), the
 incoming gradient is lent to the runtime for that call: the backward takes a
 loan from the open lender (``Lender.lend_held``; none outside a budget that
 lends) and gives it back when the call returns or raises. Where the budget is
-short, the gradient waits in host memory meanwhile. For a ResNet-18 at
-batch 32, 160x160, that is 12.5 MiB of the 122 MiB the split stem's backward
-held; with it resident, `dtr` at 0.3 of the unsplit peak ran out of memory in
-that call in 7 runs of 19, short by 1.8 MiB (tests/python/test_budget_resnet18.py).
+short, the gradient waits in host memory meanwhile: it is a tenth of what
+the split stem's backward holds, and resident it was what `dtr` lacked at 0.3
+of the unsplit peak (tests/python/test_budget_resnet18.py). Measured:
+docs/decisions.md, Note [The split lends its incoming gradient].
 
 Note [No double backward through the split]
 The backward computes the gradients without a graph, so a gradient taken
