@@ -108,7 +108,7 @@ struct managed_tensor {
   bool has_copy_event = false;
   std::int64_t prefetch_done_ns = -1;  ///< when a proactive prefetch finished
   bool planned_away = false;  ///< swapped by a step plan, which also brings it back
-  bool dropped_this_step = false;  ///< Note [Recompute limit] in runtime.hpp
+  bool dropped_this_step = false;  ///< Note [Recompute limit] in recompute_limit.hpp
   std::int64_t committed_ns = 0;   ///< what its drop committed the step to (same Note)
 
   // --- candidate set bookkeeping (candidate_set) -----------------------------

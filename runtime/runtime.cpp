@@ -175,14 +175,8 @@ void memory_runtime::untrack(tensor_id id) {
 void memory_runtime::step() {
   lock_type lock(mu_);
   poll_locked();
-  {
-    // Note [Recompute limit]: what the step just ended computed for itself.
-    const std::int64_t duration = recorder_.step_time(clock_.now_ns());
-    prev_step_compute_ns_ = std::max<std::int64_t>(duration - step_recompute_ns_, 0);
-    step_recompute_ns_ = 0;
-    committed_recompute_ns_ = 0;
-    for (auto& [id, t] : tensors_) t->dropped_this_step = false;
-  }
+  recompute_limit_.end_step(recorder_.step_time(clock_.now_ns()));  // Note [Recompute limit]
+  for (auto& [id, t] : tensors_) t->dropped_this_step = false;
   recorder_.begin_step(clock_.now_ns());
   by_ordinal_.clear();
   iteration_open_ = false;
@@ -195,7 +189,7 @@ void memory_runtime::step() {
   notify_locked(runtime_event_kind::step, nullptr, static_cast<std::int64_t>(recorder_.steps_completed()) - 2);
   lineage_.prune();
   plan_locked();
-  reset_plan_locked();
+  plan_cursor_.reset();
   publish_summary_locked();
 }
 
@@ -272,7 +266,7 @@ void memory_runtime::set_policy(policy_kind kind) {
   lock_type lock(mu_);
   policy_ = make_policy(kind, opts_.sample_size);
   plan_locked();
-  reset_plan_locked();
+  plan_cursor_.reset();
 }
 
 std::size_t memory_runtime::recorded_events() const {
@@ -336,15 +330,7 @@ void memory_runtime::publish_summary_locked() {
   summary_held_.store(s.held_bytes, std::memory_order_relaxed);
 }
 
-// Note [Why a reclaim fell short]
-// An out-of-memory message that says "evictable 3.5 MiB" beside "reclaim
-// freed 0 B" leaves the reader guessing. So evictable counts only what
-// nothing else holds, what the program still holds is reported apart, and
-// the last reclaim keeps its account: what it was asked for, what it freed,
-// and the bytes of the victims it had to leave (held elsewhere, or neither
-// swappable, the pinned host pool being full, nor recomputable). What the
-// allocator could not use of the freed bytes (fragmentation) it says itself
-// (allocator/oom_report.cpp).
+// Note [Why a reclaim fell short] in reclaim_account.hpp.
 std::string memory_runtime::describe() const {
   const auto load = [](const std::atomic<std::size_t>& a) { return a.load(std::memory_order_relaxed); };
   const std::size_t tracked = load(summary_tracked_);
@@ -354,20 +340,7 @@ std::string memory_runtime::describe() const {
     s += fmt::format(" (and {} the program still holds elsewhere)", format_bytes(held));
   }
   s += fmt::format(", offloaded {}, dropped {}", format_bytes(load(summary_on_host_)), format_bytes(load(summary_dropped_)));
-  const std::size_t asked = load(last_reclaim_asked_);
-  const std::size_t freed = load(last_reclaim_freed_);
-  if (asked > 0 && freed < asked) {
-    s += fmt::format("; its last reclaim was asked for {} and freed {}", format_bytes(asked), format_bytes(freed));
-    const std::size_t held = load(last_reclaim_held_);
-    const std::size_t kept = load(last_reclaim_kept_);
-    if (held > 0) s += fmt::format(", leaving {} held elsewhere", format_bytes(held));
-    if (kept > 0) {
-      s += fmt::format(", keeping {} that could neither be swapped (the pinned host pool is full, key "
-                       "'host_budget') nor recomputed",
-                       format_bytes(kept));
-    }
-    if (held == 0 && kept == 0) s += ": nothing else was evictable";
-  }
+  s += describe_shortfall(last_reclaim_.load());
   return s;
 }
 

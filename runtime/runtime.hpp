@@ -20,25 +20,6 @@
 // threads that touch the runtime wait too, which keeps the state simple; the
 // copy itself needs no runtime call to finish.
 //
-// Note [Recompute limit]
-// No policy may recompute more than the step's own compute (issue 16: DTR's
-// heuristic recomputed 12-19x the step on ResNet-32 at ratios where
-// swapping fitted at 1.3x). The runtime counts, in the current step, the
-// host time spent in recomputes (chains included) plus the recompute costs
-// of the tensors dropped in this step and not yet recomputed, each with its
-// evicted parents' (what those drops commit the step to; lineage::
-// evicted_parents_cost). Once that passes 40% of the previous step's time
-// outside recomputes (the first step, whose compute is not known yet, has no
-// limit), a policy's drop becomes a swap for the rest of the step: the
-// victim is copied out instead, and one that cannot be swapped (the host
-// pool is full) is dropped as before. What is already committed, and the
-// chains deeper than a parent that it will need, still come on top: 40%
-// keeps the total under the step's compute on DTR's logs, where 90% let it
-// reach 1.26x (ResNet-32 at 0.2 of its peak, DTR's heuristic at its cliff),
-// and it leaves DTR's figures at the reference's ratios as they were down to
-// 0.3 (bench/results/sim_dtr.md). Recomputing less than that never meets
-// the limit.
-//
 // Note [Replays are not recorded]
 // A recompute replays part of the step: it accesses (and, in the trace
 // simulator, re-creates and tracks) tensors that the step itself accesses at
@@ -116,6 +97,9 @@
 #include "runtime/eviction_policy.hpp"
 #include "runtime/lineage.hpp"
 #include "runtime/managed_tensor.hpp"
+#include "runtime/plan_cursor.hpp"
+#include "runtime/reclaim_account.hpp"
+#include "runtime/recompute_limit.hpp"
 #include "runtime/resident_floor.hpp"
 #include "runtime/runtime_observer.hpp"
 #include "runtime/runtime_stats.hpp"
@@ -294,7 +278,8 @@ class memory_runtime final : public reclaimer {
   const step_plan* active_plan_locked() const;
   managed_tensor* planned_tensor_locked(std::size_t ordinal);
   void carry_out_plan_locked(const step_plan& plan);
-  void reset_plan_locked();
+  // Starts one due departure; true when it is to be tried after the next event.
+  bool carry_out_leave_locked(const planned_eviction& pe);
   // After each recorded event: the plan, or prefetch ahead and proactive
   // offload when there is none.
   void after_event_locked(bool is_access);
@@ -333,22 +318,10 @@ class memory_runtime final : public reclaimer {
   bool iteration_open_ = false;
   std::uint64_t pressure_mark_ = 0;  // reclaims + proactive offloads when this step began
   bool said_host_full_ = false;
-  // Note [Recompute limit]
-  std::int64_t step_recompute_ns_ = 0;       // host time in recomputes this step
-  std::int64_t committed_recompute_ns_ = 0;  // costs of this step's drops not yet recomputed
-  std::int64_t prev_step_compute_ns_ = -1;  // the last step's time without its recomputes
-  bool recompute_over_limit_locked() const;
-  // Note [Carrying out a plan]
-  std::size_t plan_next_leave_ = 0;
-  std::size_t plan_next_prefetch_ = 0;
-  std::vector<std::size_t> plan_leaves_due_;
-  std::vector<std::size_t> plan_prefetches_due_;
+  recompute_limit recompute_limit_;  // Note [Recompute limit] in recompute_limit.hpp
+  plan_cursor plan_cursor_;          // Note [Carrying out a plan] in runtime_plan.cpp
   std::size_t floor_estimate_ = 0;  // Note [Step plan]: the largest pressure floor seen
-  // Note [Reclaim rounds]
-  std::int64_t reclaim_retries_ = -1;
-  std::uint64_t reclaim_round_ = 0;
-  std::size_t reclaim_held_ = 0;  // this reclaim's victims held elsewhere
-  std::size_t reclaim_kept_ = 0;  // this reclaim's victims neither swappable nor droppable
+  reclaim_account reclaim_;  // Note [Reclaim rounds] in reclaim_account.hpp
   runtime_observer* observer_ = nullptr;
   runtime_stats stats_;
   // describe()'s lock-free summary.
@@ -357,11 +330,7 @@ class memory_runtime final : public reclaimer {
   std::atomic<std::size_t> summary_on_host_{0};
   std::atomic<std::size_t> summary_dropped_{0};
   std::atomic<std::size_t> summary_held_{0};
-  // Note [Why a reclaim fell short]: the last reclaim's account.
-  std::atomic<std::size_t> last_reclaim_asked_{0};
-  std::atomic<std::size_t> last_reclaim_freed_{0};
-  std::atomic<std::size_t> last_reclaim_held_{0};  // victims held elsewhere
-  std::atomic<std::size_t> last_reclaim_kept_{0};  // neither swappable (host full) nor droppable
+  published_reclaim last_reclaim_;  // Note [Why a reclaim fell short]
 };
 
 }  // namespace tp

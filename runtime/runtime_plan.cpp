@@ -39,67 +39,44 @@ managed_tensor* memory_runtime::planned_tensor_locked(std::size_t ordinal) {
   return it->second.get();
 }
 
-void memory_runtime::reset_plan_locked() {
-  plan_next_leave_ = 0;
-  plan_next_prefetch_ = 0;
-  plan_leaves_due_.clear();
-  plan_prefetches_due_.clear();
-}
-
 void memory_runtime::carry_out_plan_locked(const step_plan& plan) {
   const std::size_t pos = recorder_.position();
   if (pos == 0) return;
   const std::size_t at = pos - 1;  // the event just recorded
-  while (plan_next_leave_ < plan.evictions.size() && plan.evictions[plan_next_leave_].leave_at <= at) {
-    plan_leaves_due_.push_back(plan_next_leave_++);
-  }
-  while (plan_next_prefetch_ < plan.prefetch_order.size() &&
-         plan.evictions[plan.prefetch_order[plan_next_prefetch_]].prefetch_at <= at) {
-    plan_prefetches_due_.push_back(plan.prefetch_order[plan_next_prefetch_++]);
-  }
-  std::size_t kept = 0;
-  for (const std::size_t k : plan_leaves_due_) {
-    const planned_eviction& pe = plan.evictions[k];
-    if (at >= pe.back_at) continue;  // its use has come: too late
-    managed_tensor* t = planned_tensor_locked(pe.ordinal);
-    if (t == nullptr || t->state != tensor_state::resident) continue;
-    if (!t->in_candidates) {
-      plan_leaves_due_[kept++] = k;  // pinned by the operator running now
-      continue;
-    }
-    if (!t->binding->can_release()) continue;
-    // A planned drop only of what a replay rebuilds as it is now (Note
-    // [Recompute reproduces one version] in hooks/budget/saved_storage.hpp);
-    // else a swap.
-    if (pe.action == eviction_action::drop && t->recomputable() && t->binding->can_recompute()) {
-      ++stats_.evictions;
-      ++stats_.planned_evictions;
-      drop_locked(*t);
-      continue;
-    }
-    candidates_.remove(*t);
-    if (!engine_.start_offload(*t)) {
-      make_candidate(*t);  // the host pool is full: a reclaim decides
-      continue;
-    }
-    notify_locked(runtime_event_kind::eviction, t, 0);
-    in_flight_.push_back(t);
-    t->planned_away = true;
-    ++stats_.proactive_offloads;
+  plan_cursor_.advance(plan, at);
+  plan_cursor_.retain_leaves([&](std::size_t k) { return carry_out_leave_locked(plan.evictions[k]); });
+  plan_cursor_.retain_prefetches([&](std::size_t k) {
+    managed_tensor* t = planned_tensor_locked(plan.evictions[k].ordinal);
+    if (t == nullptr) return false;
+    return t->state == tensor_state::offloading || (t->state == tensor_state::on_host && !try_prefetch_locked(*t));
+  });
+}
+
+bool memory_runtime::carry_out_leave_locked(const planned_eviction& pe) {
+  managed_tensor* t = planned_tensor_locked(pe.ordinal);
+  if (t == nullptr || t->state != tensor_state::resident) return false;
+  if (!t->in_candidates) return true;  // pinned by the operator running now: try again
+  if (!t->binding->can_release()) return false;
+  // A planned drop only of what a replay rebuilds as it is now (Note
+  // [Recompute reproduces one version] in hooks/budget/saved_storage.hpp);
+  // else a swap.
+  if (pe.action == eviction_action::drop && t->recomputable() && t->binding->can_recompute()) {
+    ++stats_.evictions;
     ++stats_.planned_evictions;
+    drop_locked(*t);
+    return false;
   }
-  plan_leaves_due_.resize(kept);
-  kept = 0;
-  for (const std::size_t k : plan_prefetches_due_) {
-    const planned_eviction& pe = plan.evictions[k];
-    if (at >= pe.back_at) continue;
-    managed_tensor* t = planned_tensor_locked(pe.ordinal);
-    if (t == nullptr) continue;
-    if (t->state == tensor_state::offloading || (t->state == tensor_state::on_host && !try_prefetch_locked(*t))) {
-      plan_prefetches_due_[kept++] = k;
-    }
+  candidates_.remove(*t);
+  if (!engine_.start_offload(*t)) {
+    make_candidate(*t);  // the host pool is full: a reclaim decides
+    return false;
   }
-  plan_prefetches_due_.resize(kept);
+  notify_locked(runtime_event_kind::eviction, t, 0);
+  in_flight_.push_back(t);
+  t->planned_away = true;
+  ++stats_.proactive_offloads;
+  ++stats_.planned_evictions;
+  return false;
 }
 
 }  // namespace tp

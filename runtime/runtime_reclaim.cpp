@@ -27,7 +27,7 @@ std::optional<eviction_choice> memory_runtime::choose_locked(std::size_t bytes_n
   // Policy cost is CPU time, so it is read from the wall clock, not clock_.
   const auto t0 = std::chrono::steady_clock::now();
   auto choice = policy_->choose(ctx);
-  if (choice && choice->action == eviction_action::drop && recompute_over_limit_locked()) {
+  if (choice && choice->action == eviction_action::drop && recompute_limit_.over()) {
     choice->action = eviction_action::swap;  // Note [Recompute limit]
     ++stats_.recompute_limited;
   }
@@ -38,13 +38,6 @@ std::optional<eviction_choice> memory_runtime::choose_locked(std::size_t bytes_n
   return choice;
 }
 
-bool memory_runtime::recompute_over_limit_locked() const {
-  if (prev_step_compute_ns_ < 0) return false;  // the first step: its compute is not known yet
-  const std::int64_t own = prev_step_compute_ns_;
-  // 40%: Note [Recompute limit].
-  return step_recompute_ns_ + committed_recompute_ns_ > own / 10 * 4;
-}
-
 void memory_runtime::drop_locked(managed_tensor& t) {
   candidates_.remove(t);
   notify_locked(runtime_event_kind::eviction, &t, 1);  // before release: the block's address
@@ -53,7 +46,7 @@ void memory_runtime::drop_locked(managed_tensor& t) {
   // Note [Recompute limit]: the drop commits its recompute, and that of the
   // parents its replay will need.
   t.committed_ns = t.recompute_cost_ns + lineage_.evicted_parents_cost(t.id);
-  committed_recompute_ns_ += t.committed_ns;
+  recompute_limit_.commit(t.committed_ns);
   t.dropped_this_step = true;
   lineage_.evicted(t.id);
   ++stats_.drops;
@@ -65,7 +58,7 @@ bool memory_runtime::evict_locked(const eviction_choice& c, std::size_t& freed,
   if (!t.binding->can_release()) {
     candidates_.remove(t);
     ++stats_.shared_skips;
-    reclaim_held_ += t.bytes;
+    reclaim_.held_elsewhere(t.bytes);
     return false;  // held elsewhere: evicting frees nothing; the caller re-adds it
   }
   ++stats_.evictions;
@@ -94,21 +87,11 @@ bool memory_runtime::evict_locked(const eviction_choice& c, std::size_t& freed,
   notice_once(said_host_full_,
               "tensorpager: the pinned host pool is full; evicting by recompute instead of swap, "
               "and keeping tensors that cannot be recomputed on the device");
-  reclaim_kept_ += t.bytes;
+  reclaim_.kept(t.bytes);
   return false;  // stays resident; the caller re-adds it after this reclaim
 }
 
-// Note [Reclaim rounds]
-// The allocator asks for the bytes it lacks, and asks again (up to
-// caching_allocator::max_reclaim_rounds) while the request still fails and
-// the runtime still frees something: bytes freed inside segments that stay
-// partly in use need not make a block of the size requested. Each further
-// round of the same allocation (the allocator's num_alloc_retries has not
-// moved) therefore frees twice what the previous one asked for, so that
-// within the rounds the allocator allows, everything evictable can go and
-// whole segments empty. Before, every round freed only the shortfall again:
-// one request of 10 MiB failed after 53 MiB were freed while 4.5 GiB stayed
-// evictable, and a policy could fit at a budget but not at a larger one.
+// Note [Reclaim rounds] in reclaim_account.hpp.
 std::size_t memory_runtime::reclaim(std::size_t bytes, stream_id /*stream*/) {
   lock_type lock(mu_);
   if (speculative_) return 0;  // Note [Prefetch never evicts]
@@ -125,17 +108,7 @@ std::size_t memory_runtime::reclaim(std::size_t bytes, stream_id /*stream*/) {
     const auto held = static_cast<std::size_t>(astats.reserved_bytes.all().current);
     recorder_.on_pressure(held > resident ? held - resident : 0);
   }
-  // Note [Why a reclaim fell short] reports against the allocator's request,
-  // not the doubled target of a later round.
-  const std::size_t asked = bytes;
-  reclaim_round_ = retries == reclaim_retries_ ? reclaim_round_ + 1 : 0;
-  reclaim_retries_ = retries;
-  if (reclaim_round_ > 0) {
-    const int shift = static_cast<int>(std::min<std::uint64_t>(reclaim_round_, 40));
-    bytes = bytes > (SIZE_MAX >> shift) ? SIZE_MAX : bytes << shift;
-  }
-  reclaim_held_ = 0;
-  reclaim_kept_ = 0;
+  bytes = reclaim_.begin(bytes, retries);  // Note [Reclaim rounds]
   std::size_t freed = poll_locked();
   // Offloads already in flight free their storage soonest: released now,
   // stream-ordered behind their copies (Note [Offload ordering]).
@@ -191,11 +164,7 @@ std::size_t memory_runtime::reclaim(std::size_t bytes, stream_id /*stream*/) {
   }
   for (managed_tensor* t : kept) make_candidate(*t);
   stats_.reclaimed_bytes += freed;
-  // Note [Why a reclaim fell short]
-  last_reclaim_asked_.store(asked, std::memory_order_relaxed);
-  last_reclaim_freed_.store(freed, std::memory_order_relaxed);
-  last_reclaim_held_.store(reclaim_held_, std::memory_order_relaxed);
-  last_reclaim_kept_.store(reclaim_kept_, std::memory_order_relaxed);
+  last_reclaim_.store(reclaim_.outcome(freed));  // Note [Why a reclaim fell short]
   publish_summary_locked();
   return freed;
 }

@@ -146,9 +146,9 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
       ++stats_.stalls;
       stats_.stall_ns += clock_.now_ns() - requested;
       // Note [Recompute limit]: the time spent, for the committed cost.
-      if (!replaying_locked()) step_recompute_ns_ += clock_.now_ns() - requested;
+      if (!replaying_locked()) recompute_limit_.spend(clock_.now_ns() - requested);
       if (t.dropped_this_step) {
-        committed_recompute_ns_ -= std::min(committed_recompute_ns_, t.committed_ns);
+        recompute_limit_.settle(t.committed_ns);
         t.dropped_this_step = false;
       }
       notify_locked(runtime_event_kind::stall, &t, clock_.now_ns() - requested);
