@@ -24,10 +24,9 @@
 // record itself, in place, under its own lock: caching_allocator::notify()
 // is inline, and an allocator_log hands out slots from a chunk of memory
 // without a virtual call, a lock or an atomic read-modify-write. Only when a
-// chunk is used up does it call next_chunk() (virtual, once per chunk). This
-// halved recording's cost against the virtual observer it replaced, which
-// built an event, called out, and had it copied again (bench/
-// profiler_bench.cpp; figures in bench/results/profiler_cpu.md). Time is
+// chunk is used up does it call next_chunk() (virtual, once per chunk),
+// unlike the virtual observer it replaced, which built an event, called out,
+// and had it copied again. Time is
 // the trace's stamp(): the CPU's cycle counter, converted to nanoseconds
 // when the profiler reads the records, or a tp::clock the trace names (tests
 // run on a manual clock). Reading the counter is most of what recording
@@ -37,6 +36,7 @@
 // lock holder) and published by a release store of the next free slot;
 // published_end() is the matching acquire load, so a reader on another
 // thread (the profiler's snapshot) sees every record before it.
+// Measured: docs/decisions.md, Note [Allocator log].
 
 #include <atomic>
 #include <cstddef>

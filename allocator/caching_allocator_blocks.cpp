@@ -35,9 +35,8 @@ std::int64_t i64(std::size_t x) { return static_cast<std::int64_t>(x); }
 // against the budget and serve no large request that needs a new mapping.
 // A small request that finds no free small block takes the smallest such
 // block before the small pool maps a new granule, so stranded bytes are used
-// instead of adding a granule that may itself end up partly free. Measured on
-// the recorded traces (bench/results/sim_lending.md): `hybrid` fits the
-// ResNet-18 trace at 0.4 of its plain peak with lending (0.42 without this).
+// instead of adding a granule that may itself end up partly free.
+// Measured: docs/decisions.md, Note [Stranded bytes serve small requests].
 block* caching_allocator::try_allocate_block(std::size_t size, stream_id stream, lifetime life) {
   const pool_kind pool = size_policy::pool_for(size);
   if (block* b = take_free_block(pool, size, stream, life)) return b;

@@ -59,18 +59,17 @@ std::size_t interior(const block* b, std::size_t g) {
 // The cheapest plan is not always one that can be made to fit. A plan that
 // builds on free neighbours spares them when make_room unmaps, and it maps
 // all of the unmapped block between them even where the request needs less.
-// In a ResNet-18's stem backward (budget 130.2 MiB, 100 MiB reserved), a
-// 50 MiB request had one such plan: 12.6 MiB free after a live block, 34 MiB
-// unmapped, 10 MiB free: cost 34 MiB against 30.2 MiB of headroom, and
-// nothing else to unmap. Mapping 50 MiB fresh costs more, but unmapping
-// those two neighbours' 22 MiB of whole granules pays for it; taking the
-// cheapest plan, the request failed with nothing left to evict. So a plan
+// When such a plan is the only one that builds on free neighbours and its
+// cost passes the headroom, with nothing else to unmap, taking it fails the
+// request with nothing left to evict, where mapping the request fresh costs
+// more but unmapping those neighbours' whole granules pays for it. So a plan
 // must be affordable: its cost within the headroom plus the whole granules
 // of the free blocks it does not build on (what make_room may unmap for it).
 // The cheapest affordable plan wins; only when none is affordable, the
 // cheapest of all (its cost sizes the reclaim). Where the cheapest plan is
 // affordable, nothing changes: it still waits for make_room when it needs
 // unmapping, rather than a dearer plan taking headroom at once.
+// Measured: docs/decisions.md, Note [Plans the budget can pay for].
 std::optional<caching_allocator::growth_plan> caching_allocator::plan_growth(pool_kind pool, std::size_t size,
                                                                              stream_id stream, lifetime life,
                                                                              std::size_t room) const {

@@ -30,18 +30,14 @@ using config_text::trim;
 // Note [Expandable segments by default]
 // expandable_segments defaults to True, where PyTorch's default is False,
 // because tensorpager exists to run under a budget, and what fits under one
-// is decided by fragmentation. Measured (bench/results/expandable_segments.md):
-// tp_allocator_bench's training trace strands 0.6% at its peak with
-// expandable segments, 12.0% with plain ones (574 MiB reserved, not 672),
-// its step is faster (0.91x) and the cached fast path is no slower (within
-// 1%); on the CPU adapter a torchvision ResNet-18 (batch 32, 160x160) peaks
-// at 434 MiB reserved instead of 574 and trains at 0.75 of that, where plain
-// segments needed 0.9 of 574; tp-sim fits the recorded ResNet-18 trace in
-// 244 MiB with every policy, where plain segments needed 263 (lru,
-// capuchin) and 301 (hybrid, dtr). What it costs on a GPU is not measured
-// yet: each map is cuMemCreate + cuMemMap + cuMemSetAccess per 2 MiB
-// granule, and an unmap synchronizes the device (Note [Unmap waits for the
-// device]); unmapping happens only under pressure and in empty_cache().
+// is decided by fragmentation: expandable segments strand less at the peak,
+// so the same work fits a smaller budget, and the cached fast path is no
+// slower (measured on the CPU: docs/decisions.md, Note [Expandable segments
+// by default]; bench/results/expandable_segments.md). What it costs on a GPU
+// is not measured yet: each map is cuMemCreate + cuMemMap + cuMemSetAccess
+// per 2 MiB granule, and an unmap synchronizes the device (Note [Unmap waits
+// for the device]); unmapping happens only under pressure and in
+// empty_cache().
 // PyTorch's reasons for its default (IPC handles, older CUDA graph support)
 // concern features tensorpager does not offer.
 

@@ -9,13 +9,12 @@
 // 20 ns per 80-byte event. So chunks are mapped 2 MiB-aligned, marked for
 // transparent huge pages and populated in one call: one fault per 2 MiB
 // where the kernel grants huge pages, one system call otherwise. Even so,
-// populating a chunk took 0.2 to 2 ms on the VM this was measured on (the
-// host faulting in fresh memory), so a filler thread keeps `spares` chunks
-// ready and the allocating thread only takes one: on a quiet 2-vCPU VM that
-// made the recorded fast path's overhead steady at about 1.35x, against 1.5x
-// with outliers past 3x without it (bench/profiler_bench.cpp,
-// TP_BENCH_SPARE_CHUNKS). The work is moved, not removed; with no idle core
-// the filler competes with the program. When no spare is ready (a burst, or
+// populating a chunk can take milliseconds in a VM (the host faulting in
+// fresh memory), so a filler thread keeps `spares` chunks ready and the
+// allocating thread only takes one, which keeps the recorded fast path's
+// overhead steady (bench/profiler_bench.cpp, TP_BENCH_SPARE_CHUNKS;
+// measured: docs/decisions.md, Note [Chunk memory]). The work is moved, not
+// removed; with no idle core the filler competes with the program. When no spare is ready (a burst, or
 // a forked child, which has no filler) take() maps and populates the chunk
 // itself; it never waits.
 

@@ -23,8 +23,9 @@
 // A trace has sizes, not tensor values, so the simulator has nothing to
 // preserve in a copy; but a simulated_device that moves bytes performs every
 // copy with a real memmove when it retires, which for a multi-GiB trace
-// commits GiBs of pages and spent 90% of a replay's wall time in memmove
-// (issue 12: one sweep test took 160 s). The wrapped device is therefore
+// commits GiBs of pages and spends most of a replay's wall time in memmove
+// (measured: docs/decisions.md, Note [Copies without contents]). The
+// wrapped device is therefore
 // built with options::copy_contents = false (the constructor checks it):
 // copy_async is forwarded with the same pointers, byte count, stream and
 // order, so the copy's modelled duration, its events and the stream

@@ -13,12 +13,11 @@
 // (DTR's "new version of the same storage size" occupies the same memory).
 // CONSTANT tensors are pre-existing storages, and they are never freed:
 // DTR's simulator pins every constant, so an operator that read one can
-// always be replayed. Freeing a constant when its last reference went left
-// 32 storages of ResNet-32 and all but 6 of the Transformer's impossible to
-// recompute (an operator that read it, or one computed from such an
-// operator's output, could not be replayed). Keeping constants moves the unconstrained peak of
-// live bytes by under 1 KiB on either log (ResNet-32: 10,061,179,648 B; the
-// peak DTR's README gives is 10,061,179,152 B). Every CALL result with
+// always be replayed. Freeing a constant when its last reference went would
+// leave storages impossible to recompute (an operator that read it, or one
+// computed from such an operator's output, could not be replayed); keeping
+// constants costs little of the unconstrained peak of live bytes
+// (measured: docs/decisions.md, Note [DTR references]). Every CALL result with
 // storage of its own is marked saved: DTR treats every non-constant tensor as
 // evictable, and so does the simulator for these traces. A result of 0 bytes
 // is given no storage (nothing to allocate; reading it costs nothing).

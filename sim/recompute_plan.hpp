@@ -24,11 +24,8 @@
 // runtime; one already freed is re-created for the replay (the chain's cost
 // is paid). A replay re-creates only s, not p's other outputs. Pre-existing
 // storages are never recomputable.
-//
-// Before this rule accepted writes, a storage written in place after its
-// producer was never recomputable, nor anything computed from it: on DTR's
-// Transformer log (a bias added in place after every matmul) no storage
-// could be dropped, and the `dtr` policy could only swap.
+// Accepting writes is what lets anything computed from a storage written in
+// place be dropped (history: docs/decisions.md, Note [Recomputable storages]).
 
 #include <cstddef>
 #include <cstdint>

@@ -68,8 +68,8 @@ class sim_binding final : public storage_binding {
 // allocating an output evict an input, as DTR's simulator locks the parents
 // of the operator it runs. Without pins, a restore could evict an input
 // already restored, and an operator whose inputs fit the budget together
-// could fail ("inputs could not be resident together": ResNet-32 at 0.4 with
-// capuchin and hybrid).
+// could fail ("inputs could not be resident together").
+// Measured: docs/decisions.md, Note [Operator inputs are pinned].
 
 // One simulate() call. Members are declared in construction order.
 class replay {

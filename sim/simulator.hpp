@@ -78,8 +78,8 @@ struct sim_options {
   /// live configuration's default is expandable (Note [Expandable segments
   /// by default] in config/config.cpp). Known interplay, not yet resolved:
   /// with expandable segments the dtr policy without proactive offload
-  /// thrashes on DTR's ResNet-32 log at 0.2 (3.88x, recompute 316 ms for a
-  /// 292 ms step; 1.52x with plain segments).
+  /// thrashes on DTR's ResNet-32 log at 0.2 (measured: docs/decisions.md,
+  /// sim_options::expandable_segments).
   bool expandable_segments = false;
   /// Note [Lending in the simulator] (sim/lend_plan.hpp). Off by default, as
   /// `manage:activations` lends nothing and as the comparisons with DTR's

@@ -12,9 +12,9 @@
 // Note [A ratio measures its first step]
 // The session empties the allocator's cache before it resets the peaks: a
 // peak of reserved bytes counts the cache that earlier work left, which is
-// not the step's. On an H200, three unmanaged and budgeted runs in one
-// process gave the first budget 32.1 MB and the next three 21.4-21.7 MB for
-// the same model, and the first fit without evicting anything.
+// not the step's, so the same model's budget would depend on what ran
+// before it in the process.
+// Measured: docs/decisions.md, Note [A ratio measures its first step].
 
 // Note [A ratio is a share of a steady iteration]
 // The first iteration is not a steady one. A script that calls zero_grad()
@@ -22,7 +22,7 @@
 // momentum through the next forward; with gradient accumulation the
 // optimizer's state does not exist until the first optimizer step. A ratio
 // of the first iteration's peak then caps a budget that the second iteration
-// cannot keep (a ResNet-18: first peak 440 MiB, real peak 542 MiB). So the
+// cannot keep. So the
 // Python tracker (_tracker.py) steps without resolving the ratio until an
 // iteration that began after an optimizer step has ended, and the peak it
 // resolves on is that of every iteration since the session began; where no
@@ -30,6 +30,7 @@
 // for the first time after the ratio was resolved makes the tracker measure
 // again (session_remeasure): the budget is lifted, and resolved anew once a
 // steady iteration has ended.
+// Measured: docs/decisions.md, Note [A ratio is a share of a steady iteration].
 
 #include <cstddef>
 #include <map>

@@ -25,7 +25,7 @@
 // opening CUDA there would initialise the driver during the import (a
 // CUDA_VISIBLE_DEVICES set afterwards ignored, forks and every subprocess
 // that imports torch, DataLoader and compile workers included, holding a
-// context on GPU 0; issue 29). A storage tensorpager allocated exists only
+// context on GPU 0; history: docs/decisions.md). A storage tensorpager allocated exists only
 // once its device is in use, so the first one opens nothing new. Until then
 // the session's statistics are zeros and a step does nothing. Beginning a
 // session asks for the budget in force only where it can be told without a

@@ -1,5 +1,5 @@
 #pragma once
-// Registers the Python face of tensorpager's training techniques (issue 7) on
+// Registers the Python face of tensorpager's training techniques on
 // tensorpager._C: AdamA's kernels for tensorpager.optim, and, through
 // register_compress(), the activation codec for tensorpager.compress.
 // python_module.cpp calls register_optim() once, inside PYBIND11_MODULE.

@@ -213,7 +213,7 @@ TEST_P(SteadyBudgetStep, NeitherWaitsForTheDeviceNorAsksItsFreeMemory) {
 // Not dtr: recompute-only, it drops a tensor whose block does not serve the
 // next request, so each step of this network moves physical memory
 // between address ranges once (one wait on the compute stream, six slow-path
-// allocations). Counted, and left for the planner (issue 32).
+// allocations). Counted, and left for the planner (docs/decisions.md).
 INSTANTIATE_TEST_SUITE_P(Policies, SteadyBudgetStep,
                          ::testing::Values(policy_kind::lru, policy_kind::hybrid, policy_kind::capuchin),
                          [](const ::testing::TestParamInfo<policy_kind>& p) {

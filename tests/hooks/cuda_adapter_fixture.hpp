@@ -26,7 +26,7 @@ inline constexpr std::size_t MiB = std::size_t{1} << 20;
 class CudaAdapterOverFakes : public ::testing::Test {
  protected:
   // Plain segments, as these tests were written for: the fakes support
-  // virtual memory, and expandable segments (the default since issue 14) map
+  // virtual memory, and expandable segments (the default) map
   // granules instead of allocating segments. The allocator's conformance
   // suites cover expandable segments over the same kind of device.
   void SetUp() override { make("device:cuda,expandable_segments:False"); }

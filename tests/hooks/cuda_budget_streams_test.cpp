@@ -1,9 +1,8 @@
 // The budget runtime's glue over the CUDA adapter, on fake devices: a tensor
 // saved while a side stream is current is ordered on that stream (Note
-// [Tensors used on several streams] in runtime/transfer_engine.hpp). Before,
-// every tensor was ordered on the stream current when the budget began, and
-// on an H200 a forward region under torch.cuda.stream(side), kept busy by
-// torch.cuda._sleep, gave wrong gradients under every policy.
+// [Tensors used on several streams] in runtime/transfer_engine.hpp), not on
+// the stream current when the budget began, which gives wrong gradients for a
+// forward region on a busy side stream (measured on a GPU: docs/decisions.md).
 
 #include <cstddef>
 #include <memory>

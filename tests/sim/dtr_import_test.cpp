@@ -121,16 +121,14 @@ TEST_P(DtrTrace, ImportsAndReplaysUnconstrainedAtExactlyTheRecordedTime) {
 // unconstrained step (policies sample and plan, so a smaller budget can
 // happen to pick slightly better victims). Once a ratio does not fit, no
 // smaller one may fit either. The runtime's proactive offloading is off
-// here: it starts copies ahead of a peak it predicts from live bytes, and on
-// the transformer log LRU costs 1.21x at ratio 0.8 but 1.11x at 0.7
-// (bench/results/sim_dtr.md). That is a finding about the runtime, measured
-// by the committed sweeps, not a property this test can promise. Nor is
-// DTR's slowdown monotone once every ratio fits: its sampled choice (while
-// an operator's inputs stay pinned, Note [Operator inputs are pinned] in
-// simulator.cpp) swings the recompute volume, on
-// ResNet-32 2.94x at 0.5 and 1.92x at 0.4 with expandable segments, 3.93x at
-// 0.3 and 2.58x at 0.2 with plain ones; its fitting is still checked. Ratios
-// stop at 0.2: at 0.1 DTR recomputes millions of times (minutes of test time).
+// here: it starts copies ahead of a peak it predicts from live bytes, and
+// with it a smaller budget can cost less (bench/results/sim_dtr.md). That is
+// a finding about the runtime, measured by the committed sweeps, not a
+// property this test can promise. Nor is DTR's slowdown monotone once every
+// ratio fits: its sampled choice (while an operator's inputs stay pinned,
+// Note [Operator inputs are pinned] in simulator.cpp) swings the recompute
+// volume; its fitting is still checked. Ratios stop at 0.2: at 0.1 DTR
+// recomputes too often for a test. Measured: docs/decisions.md.
 TEST_P(DtrTrace, SlowdownDoesNotDecreaseAsTheBudgetShrinks) {
   const trace t = import_dtr_file(dtr_path(GetParam()));
   sim_options o;

@@ -56,7 +56,7 @@ TEST(RecomputePlan, APreExistingInputFreedBeforeTheOutputMakesItSwapOnly) {
   EXPECT_FALSE(plan.recomputable[t.index_of(c)]);
 }
 
-// The defect of issue 16: DTR's Transformer log adds every bias in place
+// A defect fixed before (docs/decisions.md): DTR's Transformer log adds every bias in place
 // after its matmul, and nothing computed from such a storage could be
 // dropped. Replaying the producer and then the write re-creates it.
 TEST(RecomputePlan, AStorageWrittenInPlaceIsRecomputableByReplayingItsWrites) {

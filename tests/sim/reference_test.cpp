@@ -1,7 +1,7 @@
-// Issue 16 on the traces: tensorpager's policies against the figures of
-// DTR's own simulator on DTR's two logs (bench/traces/dtr/README.md), at the
-// same bytes, and the defects the issue listed, each as a check that failed
-// before its fix.
+// tensorpager's policies against the figures of DTR's own simulator on DTR's
+// two logs (bench/traces/dtr/README.md), at the same bytes, and defects found
+// on them, each as a check that failed before its fix (history:
+// docs/decisions.md, tests/sim/reference_test.cpp).
 
 #include <gtest/gtest.h>
 
@@ -90,9 +90,7 @@ INSTANTIATE_TEST_SUITE_P(Logs, Reference, ::testing::Values(resnet, transformer)
 
 // No cliffs, every policy, the runtime's defaults: slowdown never falls by
 // more than 2% as the budget shrinks, and a ratio that does not fit is
-// followed by none that does. Before issue 16: dtr fitted ResNet-32 at 0.9
-// to 0.5 only, capuchin and hybrid stopped at 0.4 ("inputs could not be
-// resident together"), and 27 of 32 log x policy pairs were not monotone.
+// followed by none that does (what failed before: docs/decisions.md).
 // LRU and Capuchin keep one known exception each, on the Transformer log
 // (bench/results/sim_dtr.md), checked loosely.
 TEST(NoCliffs, FittingIsMonotoneAndSlowdownDoesNotFallAsTheBudgetShrinks) {
@@ -125,8 +123,8 @@ TEST(NoCliffs, FittingIsMonotoneAndSlowdownDoesNotFallAsTheBudgetShrinks) {
 }
 
 // No thrashing: where some policy fits under 1.5x, no policy recomputes more
-// than the step's own compute (with proactive offload off, DTR recomputed
-// 12-19x on ResNet-32 at 0.4 and 0.3; Note [Recompute limit]).
+// than the step's own compute (with proactive offload off, DTR thrashed on
+// ResNet-32: docs/decisions.md; Note [Recompute limit]).
 TEST(NoThrashing, NoPolicyRecomputesMoreThanTheStepWhereAnotherFitsUnderOneAndAHalf) {
   for (const char* file : {"dtr/resnet32-bs56.log", "dtr/transformer-bs10.log"}) {
     for (bool proactive : {true, false}) {

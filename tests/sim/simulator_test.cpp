@@ -1,4 +1,4 @@
-// The simulator on synthetic traces with known answers (issue 6, "Tests").
+// The simulator on synthetic traces with known answers.
 
 #include "sim/simulator.hpp"
 

@@ -1,5 +1,5 @@
 #pragma once
-// Synthetic traces with known answers (issue 6, "Tests"), built in code.
+// Synthetic traces with known answers, built in code.
 
 #include <cstddef>
 #include <cstdint>
