@@ -26,10 +26,9 @@
 // without a virtual call, a lock or an atomic read-modify-write. Only when a
 // chunk is used up does it call next_chunk() (virtual, once per chunk),
 // unlike the virtual observer it replaced, which built an event, called out,
-// and had it copied again. Time is
-// the trace's stamp(): the CPU's cycle counter, converted to nanoseconds
-// when the profiler reads the records, or a tp::clock the trace names (tests
-// run on a manual clock). Reading the counter is most of what recording
+// and had it copied again. Time is the log's stamp(): the CPU's cycle
+// counter, converted to nanoseconds when the profiler reads the records, or
+// a tp::clock the log names (tests run on a manual clock). Reading the counter is most of what recording
 // still costs.
 //
 // Publication: slots are written by one thread at a time (the allocator's
@@ -85,7 +84,7 @@ struct allocator_record {
   std::int64_t allocated_bytes = 0;  ///< totals after the event
   std::int64_t reserved_bytes = 0;
   std::uint64_t stream = 0;   ///< the block's stream, or the request's (oom)
-  std::uint64_t context = 0;  ///< alloc: the trace's context() at the time; else 0
+  std::uint64_t context = 0;  ///< alloc: the log's context() at the time; else 0
   allocator_event_kind kind = allocator_event_kind::alloc;
   pool_kind pool = pool_kind::small;
 };
@@ -93,7 +92,7 @@ struct allocator_record {
 /// Where an allocator writes its records (Note [Allocator log]).
 /// Thread-safety: claim(), publish() and stamp() are called by one thread at
 /// a time (the allocator calls them under its lock); published_end() and
-/// context() may be read from any thread. Lifetime: detach a trace from its
+/// context() may be read from any thread. Lifetime: detach a log from its
 /// allocator (set_log(nullptr)) before destroying it.
 class allocator_log {
  public:
@@ -102,7 +101,7 @@ class allocator_log {
   allocator_log& operator=(const allocator_log&) = delete;
 
   /// The slot for the next record, to fill completely (it may hold an older
-  /// record's bytes) and then publish(); nullptr when the trace is full and
+  /// record's bytes) and then publish(); nullptr when the log is full and
   /// the record is dropped.
   allocator_record* claim() noexcept {
     allocator_record* slot = next_.load(std::memory_order_relaxed);
@@ -127,13 +126,13 @@ class allocator_log {
 
  protected:
   /// clock: what stamp() reads; nullptr for the cycle counter. context: the
-  /// word context() reads (nullptr: 0). Both must outlive the trace.
+  /// word context() reads (nullptr: 0). Both must outlive the log.
   allocator_log(const tp::clock* clock, const std::atomic<std::uint64_t>* context) noexcept
       : clock_(clock), context_(context) {}
 
   /// Called by claim() when the current chunk is used up (and at the first
   /// record): makes a new chunk current with start_chunk() and returns its
-  /// first slot, or returns nullptr (the record is dropped; the trace counts
+  /// first slot, or returns nullptr (the record is dropped; the log counts
   /// it) and leaves the chunk as it is.
   virtual allocator_record* next_chunk() noexcept = 0;
   /// Makes [begin, end) the chunk claim() hands slots from. Called by

@@ -35,9 +35,9 @@ using config_text::trim;
 // slower (measured on the CPU: docs/decisions.md, Note [Expandable segments
 // by default]; bench/results/expandable_segments.md). What it costs on a GPU
 // is not measured yet: each map is cuMemCreate + cuMemMap + cuMemSetAccess
-// per 2 MiB granule, and an unmap synchronizes the device (Note [Unmap waits
-// for the device]); unmapping happens only under pressure and in
-// empty_cache().
+// per 2 MiB granule, and an unmap waits for the segment's stream first (Note
+// [Giving memory back waits] in allocator/caching_allocator.hpp); unmapping
+// happens only under pressure and in empty_cache().
 // PyTorch's reasons for its default (IPC handles, older CUDA graph support)
 // concern features tensorpager does not offer.
 
@@ -77,7 +77,7 @@ constexpr std::array<config_key_info, 14> key_table = {{
     {"timeline_events", "count", "a whole number > 0", "1048576",
      "Cap on the events a timeline keeps (80 bytes each); later ones are counted as dropped."},
     {"record_trace", "path", "a file path without ',' (empty: off)", "",
-     "Record an allocation trace to this file for replay on the simulator."},
+     "Record an operator trace to this file for replay on the simulator."},
     {"device", "choice", "cuda, cpu", "cuda",
      "Which adapter is installed: the CUDA allocator, or the CPU allocator over a simulated "
      "device."},

@@ -1,7 +1,7 @@
 #pragma once
 // tp::read_cycle_counter(): the CPU's time-stamp counter, one instruction.
 // What the allocator stamps its events with while a timeline records (Note
-// [Allocator trace] in allocator/allocator_log.hpp); the profiler's
+// [Allocator log] in allocator/allocator_log.hpp); the profiler's
 // tsc_clock says whether the counter is usable as a clock and converts its
 // ticks to nanoseconds (Note [Event clock] in profiler/tsc_clock.hpp).
 

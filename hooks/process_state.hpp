@@ -26,7 +26,7 @@
 // begin_session() holds 2 while it builds a runtime, which attaches itself to
 // the timeline (3); the timeline holds 3 while it (de)registers adapters and
 // runtimes as observers, which takes their locks (4); a runtime holding its
-// lock replays a module whose saved tensors the codec tags in the current log
+// lock reruns a module whose saved tensors the codec tags in the current log
 // (5). Code that needs the installed adapter from 2 or later calls
 // installed_adapter_now() before taking its lock, never under it.
 //

@@ -5,8 +5,8 @@
 // attach_event_log() first snapshots each allocator (segments and budget)
 // into the log's initial state, then registers the recorder. An allocation
 // or free that another thread makes between the two is in neither, so the
-// replay's attribution of that one block can be off; the counters cannot,
-// since every event carries the allocator's own totals. Starting at install,
+// timeline analysis's attribution of that one block can be off; the
+// counters cannot, since every event carries the allocator's own totals. Starting at install,
 // as the `timeline` key does, there is nothing to race with.
 //
 // Note [Dump at exit]
@@ -44,7 +44,7 @@ namespace {
 // two locks among the others). `mutex` guards the state and is held while
 // the adapter and the attached runtimes are (de)registered, which takes
 // their locks: glue -> runtime. The runtime's lock can in turn be held when
-// hooks code asks for the current log (a recompute replays a module, whose
+// hooks code asks for the current log (a recompute reruns a module, whose
 // saved tensors the codec packs and tags: tag_block), so that path takes
 // only `current_mutex`, which guards `current` alone and under which nothing
 // else is locked.

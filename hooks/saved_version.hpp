@@ -13,7 +13,7 @@
 // one, a leaf input, a tensor of another allocator), compressed or exact.
 // Tensors without a counter (inference tensors, which autograd never saves)
 // are not checked. The same check guards a segment's inputs, held for its
-// replay (python/tensorpager/_runtime.py): a replay from changed inputs
+// rerun (python/tensorpager/_rerun.py): a rerun from changed inputs
 // would recompute wrong activations, so it raises instead.
 
 #include <cstdint>
@@ -39,7 +39,7 @@ class saved_version {
     }
   }
 
-  /// The same counter, at another version (what a replay reproduces).
+  /// The same counter, at another version (what a rerun reproduces).
   saved_version at_version(std::uint32_t version) const {
     saved_version v = *this;
     v.at_ = version;

@@ -12,7 +12,7 @@
 namespace tp::profiler {
 
 /// Receives one allocator's records (caching_allocator::set_log; Note
-/// [Allocator trace]) in chunks the log hands out under its cap, stamped
+/// [Allocator log]) in chunks the log hands out under its cap, stamped
 /// with the counter's ticks (or the log's clock when that is not a
 /// tsc_clock), and allocations with the log's context. snapshot() turns
 /// them into events of `device`.

@@ -77,7 +77,7 @@ void saved_storage::recompute() {
   if (from.nbytes() != storage_.nbytes() || from.device() != storage_.device()) {
     throw error("tensorpager: a recompute produced " + std::to_string(from.nbytes()) + " bytes on " +
                 from.device().str() + "; the dropped storage had " + std::to_string(storage_.nbytes()) +
-                " bytes on " + storage_.device().str() + " (the segment did not replay the same way)");
+                " bytes on " + storage_.device().str() + " (the segment's rerun did not run the same way)");
   }
   if (from.unsafeGetStorageImpl() == storage_.unsafeGetStorageImpl()) {
     throw error("tensorpager: a recompute returned the dropped storage itself");
@@ -88,7 +88,7 @@ void saved_storage::recompute() {
     return;
   }
   // Something still holds the recomputed storage: copy its bytes, on the
-  // stream the replay ran on (current now), for which the copy is allocated.
+  // stream the rerun ran on (current now), for which the copy is allocated.
   const stream_id stream = session_->current_stream();
   void* dst = allocate_device(storage_.nbytes(), stream);
   const runtime_resources& res = session_->resources();

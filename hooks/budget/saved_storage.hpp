@@ -17,21 +17,21 @@
 // the block back to tensorpager's allocator); a restore installs a new DataPtr
 // from the adapter. The StorageImpl stays the same object throughout, so
 // views rebuilt from it after a restore see the restored bytes.
-// Recompute runs the glue's callback (a segment replayed with its RNG state,
-// python/tensorpager/_runtime.py), which returns a tensor whose storage holds
+// Recompute runs the glue's callback (a segment rerun with its RNG state,
+// python/tensorpager/_rerun.py), which returns a tensor whose storage holds
 // the recomputed bytes; its DataPtr is moved in when nothing else holds that
 // storage, and copied otherwise.
 //
 // Note [Recompute reproduces one version]
-// A replay rebuilds the bytes as they were at one point: a segment's output
+// A rerun rebuilds the bytes as they were at one point: a segment's output
 // as the segment returned it, a saved tensor as the segment left it. A later
 // in-place change (a following segment that starts with ReLU(inplace=True))
-// moves the storage past that point, and a replay would then bring back the
+// moves the storage past that point, and a rerun would then bring back the
 // old values: silently wrong gradients. So the recompute carries the version
 // counter of the tensor it was set up for and the version it reproduces;
 // can_recompute() is false once the counter has moved on, and the runtime
 // swaps the storage (or keeps it) instead of dropping it. A storage is only
-// ever rebuilt by a replay that reproduces its current version.
+// ever rebuilt by a rerun that reproduces its current version.
 //
 // Note [Lent storages]
 // A backward's peak is often where activations cannot help: ResNet's stem

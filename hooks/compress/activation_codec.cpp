@@ -180,7 +180,8 @@ std::shared_ptr<packed_activation> pack(const at::Tensor& t, method m) {
   // so the timeline's plot and report show compressed activations as their
   // own category. The tag names the storage's start, which is the block's
   // address when tensorpager's allocator made it (a block of another
-  // allocator matches no recorded block and the replay ignores the tag).
+  // allocator matches no recorded block and the timeline analysis ignores
+  // the tag).
   // fp8's 4-byte scale is left as it is.
   hooks::tag_block(reinterpret_cast<std::uint64_t>(payload.storage().data()), profiler::category::compressed,
                    m == method::pool2 ? "compressed (pool2)" : m == method::bf16 ? "compressed (bf16)" : "compressed (fp8)");
