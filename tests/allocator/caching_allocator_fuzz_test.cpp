@@ -1,7 +1,9 @@
 // Randomised operation sequences against the caching allocator on the
 // simulated device: Note [Fuzz model] in caching_allocator_fuzz_run.hpp.
 // Seed: TP_FUZZ_SEED, else random, printed. Length: TP_FUZZ_OPS, else
-// TP_FUZZ_DEFAULT_OPS (100000; 30000 in a sanitized build).
+// TP_FUZZ_DEFAULT_OPS (100000; 30000 in a sanitized build). A one-worker
+// run writes its operations as a literal list to TP_FUZZ_DUMP, or, when it
+// fails, to a file it names (Note [Fuzz regressions are literal lists]).
 
 #include <gtest/gtest.h>
 
@@ -47,6 +49,23 @@ void report(const char* name, std::uint64_t seed, const fuzz_counts& c) {
               c.checks_after_a_worker_ended.load());
 }
 
+// Writes a one-worker run's operations (fuzz_op rows) to TP_FUZZ_DUMP, or,
+// when the test has failed, to a file of the working directory; says where.
+void dump_operations(const fuzz_run& run, std::uint64_t seed, bool expandable) {
+  const char* asked = std::getenv("TP_FUZZ_DUMP");
+  if (run.recorded().empty() || (asked == nullptr && !::testing::Test::HasFailure())) return;
+  const std::string kind = expandable ? "expandable" : "plain";
+  const std::string path =
+      asked != nullptr ? std::string(asked) : "tp_fuzz_ops_" + std::to_string(seed) + "_" + kind + ".inc";
+  const std::string origin = "one fuzz worker, seed " + std::to_string(seed) + ", " + kind + " segments";
+  if (write_fuzz_ops(path, run.recorded(), origin)) {
+    std::printf("[fuzz] %zu operations written to %s (Note [Fuzz regressions are literal lists])\n",
+                run.recorded().size(), path.c_str());
+  } else {
+    std::printf("[fuzz] could not write the operations to %s\n", path.c_str());
+  }
+}
+
 void expect_clean(const fuzz_counts& c) {
   EXPECT_EQ(c.pattern_mismatches.load(), 0);
   EXPECT_EQ(c.invariant_failures.load(), 0);
@@ -64,6 +83,7 @@ TEST_P(CachingAllocatorFuzz, OneWorkerCheckedAfterEveryStep) {
   run.run();
   report("1 worker", seed, run.counts);
   expect_clean(run.counts);
+  dump_operations(run, seed, GetParam());
 }
 
 TEST_P(CachingAllocatorFuzz, FourWorkersFourStreams) {
@@ -76,31 +96,38 @@ TEST_P(CachingAllocatorFuzz, FourWorkersFourStreams) {
 }
 
 // Note [Pinned fuzz seeds]
-// No seed of this test is recorded as having failed: the commit messages,
-// bench/results and the scripts name none, and the one fix the fuzz test led
-// to (24c06cc: a worker's final frees raced another worker's invariant check,
-// seen once under ASan in CI) came from an interleaving of threads, not from
-// a seed. So the rows below are not regressions. Each is a run chosen for
-// what it drives the allocator through, and asserts that through the run's
-// counters: a row that stops covering it (after a change to the allocator or
-// to the harness) fails, and is chosen again, instead of passing while it
-// tests less. (It replaces seeds 1 and 42, which never failed and were kept
-// for no stated reason.)
-// With one worker a run is almost a function of its seed: only the driver
-// thread's timing moves it. With four, the interleaving decides as much as
-// the seed, so those rows assert only what every interleaving measured
-// covered. Measured when chosen, 15 (658) and 20 (142) runs of each row per
-// segment kind, two or three at a time, and 8 more under TSan; min..max:
-//   658: ooms 3..7, frees_to_fit 26..47 (plain 33..47, expandable 26..29);
-//   142: budget_refusals 9..29, checks_after_a_worker_ended 6..122,
-//        allocs_beside_pending_uses 24..92; its ooms went down to 1, so
-//        they are not asserted there.
-// Seed 658 was the one worker's best of seeds 1..1000 for OOMs; 142 among
-// the best of seeds 1..200 for budget refusals with four workers. Row 142
-// opens the window of 24c06cc's race but cannot force it: with that fix
-// undone, 1 run of 20 failed (statistics disagree with the blocks).
-// A seed that fails in future is added as a row of its own, saying what it
-// found.
+// No seed of this test has failed; the one fix the fuzz test led to came
+// from an interleaving of threads (a worker's final frees against another
+// worker's invariant check), not from a seed. So the rows below are not
+// regressions. Each is a run chosen for what it drives the allocator
+// through, and asserts that through the run's counters: a row that stops
+// covering it (after a change to the allocator or to the harness) fails, and
+// is chosen again, instead of passing while it tests less.
+// A row keyed by a seed means something only as long as the generator draws
+// the same operations from it, so what one worker covers is kept as a
+// literal list instead (Note [Fuzz regressions are literal lists]): seed
+// 658's row became ooms_and_frees_to_fit.inc. With four workers the
+// interleaving decides as much as the seed: no list of one worker's
+// operations reproduces it, so that row stays a seed, and asserts only what
+// every interleaving covered when it was chosen (many runs per segment kind,
+// and under TSan). Seed 142 opens the window of that race but cannot force
+// it.
+// Measured: docs/decisions.md, Note [Pinned fuzz seeds].
+//
+// Note [Fuzz regressions are literal lists]
+// A failing one-worker run writes what its worker did as rows of fuzz_op
+// (TP_FUZZ_DUMP=path names the file, and makes a passing run write too);
+// run_fuzz_ops runs such a list in order, with the same checks after every
+// step, and the list means the same thing whatever the generator becomes.
+// The driver thread's holds are not in it: the list runs with no stream
+// held, so work retires as soon as the simulated device allows, and a
+// failure that needs a late stream may not come back from the list (run the
+// seed again; two runs of it differ only by that timing). A regression is
+// added by shrinking the dump (FuzzOps.ShrinkFromEnvironment: TP_FUZZ_SHRINK,
+// TP_FUZZ_DUMP, TP_FUZZ_KEEP) to the operations that still fail, or still
+// cover what the row asserts, checking it into fuzz_regressions/ and
+// running it in caching_allocator_fuzz_regression_test.cpp, with what it
+// must (or must not) do asserted on the counters.
 
 // A counter of fuzz_counts that a row's run must end with above zero.
 struct coverage {
@@ -119,14 +146,9 @@ struct pinned_seed {
 
 const std::vector<pinned_seed>& pinned_seeds() {
   static const std::vector<pinned_seed> rows = {
-      {658, 1, 3000, 1,
-       "one worker under budget pressure, invariants after every step: allocations refused after the "
-       "allocator made room, and device memory given back inside allocate() to fit the budget (plain: "
-       "cached segments released; expandable: free granules unmapped)",
-       {{"ooms", &fuzz_counts::ooms}, {"frees_to_fit", &fuzz_counts::frees_to_fit}}},
       {142, 4, 4000, 16,
        "four workers on four streams: set_budget refused while other workers hold blocks, invariant "
-       "checks once another worker reached its final frees (the window of 24c06cc's race), "
+       "checks once another worker reached its final frees (the window of a race fixed before), "
        "allocations beside other streams' pending uses",
        {{"budget_refusals", &fuzz_counts::budget_refusals},
         {"checks_after_a_worker_ended", &fuzz_counts::checks_after_a_worker_ended},
