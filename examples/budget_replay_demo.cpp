@@ -1,4 +1,4 @@
-// Replays a training-like allocation trace on the simulated device: once
+// Replays a training-like sequence of allocations on the simulated device: once
 // unconstrained to find its peak, once under a budget it fits, and once under
 // a budget too small for it, printing the statistics and the out-of-memory
 // message a user would see. Run by scripts/demo.sh.
