@@ -14,10 +14,11 @@ one chunk at a time. The result is bit-identical to the unsplit chain (Note
 
 Why: under a budget, no eviction can lower the memory that one operator needs
 while it runs. A torchvision ResNet-18 at batch 32 and 160x160 holds 200 MiB
-in its stem's BatchNorm backward alone, 0.46 of the step's peak (Note [Budget
-floor] in tests/python/test_budget_resnet18.py); split, the stem's backward
-holds one 50 MiB tensor and chunks of a few MiB. This is checkpointing at a finer grain than a block, for the
-one block whose operators are the step's largest.
+in its stem's BatchNorm backward alone, 0.46 of the step's peak
+(tests/python/test_budget_resnet18.py; Note [Budget floor] in
+hooks/budget/budget_floor.cpp); split, the stem's backward holds one 50 MiB
+tensor and chunks of a few MiB. This is checkpointing at a finer grain than a
+block, for the one block whose operators are the step's largest.
 
 This module finds the chains in a model and swaps their modules' classes
 (Note [Patching by class]); the chain's autograd function is in
