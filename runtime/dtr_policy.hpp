@@ -7,7 +7,7 @@
 // neighbourhood] in lineage.hpp) and staleness is the time since t's last
 // use. It is a drop whenever a candidate can be recomputed. When none can
 // (storages lent by the program, Note [Lent storages], are never
-// recomputable; nor is a tensor with no segment to replay) the stalest
+// recomputable; nor is a tensor with no segment to rerun) the stalest
 // candidate is swapped, where DTR's own simulator would run out of memory.
 // Candidates are sampled (k, Note [Cheap victim choice]); when the sample
 // holds no recomputable tensor the candidates are scanned for one, which

@@ -17,9 +17,8 @@
 // action.
 //
 // Note [Replanning]
-// Planning is O(events x live tensors) and costs about 2% of the step on
-// DTR's Transformer log (5.7 ms for a 276 ms step, on two CPU cores). A
-// step that ran under the plan with no reclaim (pressure_floor_bytes 0),
+// Planning is O(events x live tensors), a small part of a step (measured:
+// docs/decisions.md, "Replanning"), but not free. A step that ran under the plan with no reclaim (pressure_floor_bytes 0),
 // with the same tensors (count and sizes), events and budget as the step the
 // plan was made from, keeps the plan: the steady state plans once. A reclaim,
 // a new shape or a new budget makes a new plan from the step just recorded.

@@ -5,8 +5,8 @@
 // classes; their simulator's DTREqClass).
 //
 // Note [Evicted neighbourhood]
-// Recomputing a dropped tensor t replays its producer, which needs t's
-// parents; a parent that is itself dropped is replayed first, and so on. So
+// Recomputing a dropped tensor t reruns its producer, which needs t's
+// parents; a parent that is itself dropped is rerun first, and so on. So
 // dropping t costs not only t's own recompute time but that of every evicted
 // tensor connected to it: t's evicted neighbourhood. DTR approximates it with
 // a union-find over evicted tensors: when a tensor is evicted it starts a
@@ -17,10 +17,10 @@
 //     cost(t) + sum of the values of the distinct classes of t's evicted
 //     neighbours.
 // "Evicted" means dropped (to recompute) or no longer tracked: a tensor whose
-// last reference went is, to DTR, evicted eagerly, and a dependent's replay
+// last reference went is, to DTR, evicted eagerly, and a dependent's rerun
 // re-creates it (the trace simulator does, Note [Re-created storages] in
 // sim/simulator.cpp), so its cost counts. A swapped tensor is not evicted in
-// this sense: it comes back by copy, not by replay.
+// this sense: it comes back by copy, not by rerun.
 //
 // Untracked tensors stay as nodes ("ghosts") until the next step boundary,
 // where prune() keeps only tracked tensors and rebuilds the classes, so the
@@ -49,7 +49,7 @@ class lineage {
   /// `parents` is ignored); it is no longer evicted.
   void add(tensor_id id, std::int64_t cost_ns, std::span<const tensor_id> parents,
            std::optional<tensor_id> revive = std::nullopt);
-  /// The tensor's recompute cost changed (an in-place write it must replay).
+  /// The tensor's recompute cost changed (an in-place write it must rerun).
   void set_cost(tensor_id id, std::int64_t cost_ns);
   /// The tensor was dropped: Note [Evicted neighbourhood].
   void evicted(tensor_id id);
@@ -62,7 +62,7 @@ class lineage {
   /// for an unknown id).
   std::int64_t neighbourhood_cost(tensor_id id);
   /// The summed costs of id's parents that are evicted now (0 for an unknown
-  /// id): what a replay of id needs beyond id itself, one level deep.
+  /// id): what a rerun of id needs beyond id itself, one level deep.
   std::int64_t evicted_parents_cost(tensor_id id) const;
   /// Drops ghosts and rebuilds the classes of the evicted tracked tensors.
   /// O(nodes + edges).

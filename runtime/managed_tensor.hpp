@@ -61,8 +61,8 @@ class storage_binding {
   /// copies the contents in. May throw tp::out_of_memory.
   virtual void* allocate_device(std::size_t bytes, stream_id stream) = 0;
   /// Re-creates storage and contents of a dropped tensor on its stream (torch:
-  /// replay the module with the RNG state restored). The runtime does not
-  /// allocate first: a replay allocates its own outputs, and pre-allocating
+  /// rerun the module with the RNG state restored). The runtime does not
+  /// allocate first: a rerun allocates its own outputs, and pre-allocating
   /// would hold the bytes twice. Afterwards device_ptr() must be non-null.
   /// May throw; the tensor then stays dropped.
   virtual void recompute() = 0;
@@ -74,7 +74,7 @@ class storage_binding {
   virtual bool can_release() const noexcept { return true; }
   /// Whether recompute() would rebuild the bytes the storage holds now:
   /// false once they were changed in place after the recompute was set up
-  /// (a replay rebuilds the values of one version only). Asked before a
+  /// (a rerun rebuilds the values of one version only). Asked before a
   /// drop; a tensor that says false is swapped, or stays, instead. Cheap and
   /// noexcept.
   virtual bool can_recompute() const noexcept { return true; }
@@ -98,7 +98,7 @@ struct managed_tensor {
   /// (Note [Step matching] in access_recorder.hpp).
   std::size_t ordinal = 0;
   /// The step (access_recorder::steps_completed) that tracked it, or
-  /// `unrecorded` (Note [Replays are not recorded] in runtime.hpp).
+  /// `unrecorded` (Note [Reruns are not recorded] in runtime.hpp).
   std::uint64_t step = 0;
   static constexpr std::uint64_t unrecorded = UINT64_MAX;
 

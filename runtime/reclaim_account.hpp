@@ -10,9 +10,10 @@
 // round of the same allocation (the allocator's num_alloc_retries has not
 // moved) therefore frees twice what the previous one asked for, so that
 // within the rounds the allocator allows, everything evictable can go and
-// whole segments empty. Before, every round freed only the shortfall again:
-// one request of 10 MiB failed after 53 MiB were freed while 4.5 GiB stayed
-// evictable, and a policy could fit at a budget but not at a larger one.
+// whole segments empty. Freeing only the shortfall again in each round can
+// fail a request while most of what is evictable stays, so that a policy
+// fits at a budget but not at a larger one (measured: docs/decisions.md,
+// "Reclaim rounds").
 //
 // Note [Why a reclaim fell short]
 // An out-of-memory message that says "evictable 3.5 MiB" beside "reclaim

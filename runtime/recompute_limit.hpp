@@ -3,9 +3,9 @@
 // policy's drops become swaps.
 //
 // Note [Recompute limit]
-// No policy may recompute more than the step's own compute (issue 16: DTR's
-// heuristic recomputed 12-19x the step on ResNet-32 at ratios where
-// swapping fitted at 1.3x). The runtime counts, in the current step, the
+// No policy may recompute more than the step's own compute: left alone,
+// DTR's heuristic recomputes many times the step where swapping fits. The
+// runtime counts, in the current step, the
 // host time spent in recomputes (chains included) plus the recompute costs
 // of the tensors dropped in this step and not yet recomputed, each with its
 // evicted parents' (what those drops commit the step to; lineage::
@@ -14,12 +14,11 @@
 // limit), a policy's drop becomes a swap for the rest of the step: the
 // victim is copied out instead, and one that cannot be swapped (the host
 // pool is full) is dropped as before. What is already committed, and the
-// chains deeper than a parent that it will need, still come on top: 40%
-// keeps the total under the step's compute on DTR's logs, where 90% let it
-// reach 1.26x (ResNet-32 at 0.2 of its peak, DTR's heuristic at its cliff),
-// and it leaves DTR's figures at the reference's ratios as they were down to
-// 0.3 (bench/results/sim_dtr.md). Recomputing less than that never meets
-// the limit.
+// chains deeper than a parent that it will need, still come on top, so the
+// limit is well under the step's compute: 40% keeps the total under it on
+// DTR's logs and leaves their figures at the reference's ratios unchanged
+// down to 0.3 (measured: docs/decisions.md, "Recompute limit"). Recomputing
+// less than that never meets the limit.
 
 #include <algorithm>
 #include <cstdint>

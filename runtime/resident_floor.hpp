@@ -62,8 +62,7 @@ class resident_floor {
   /// held at its first event plus the least any step needed beyond what it
   /// held at its own first event. The same program needs the same memory
   /// beyond what a step begins with, but a step's sample can come out above
-  /// it (an MLP's second step sampled 65.6 MiB and trained under 64.6 MiB),
-  /// so the smallest refuses fewer budgets that work; and a step may begin
+  /// it (measured: docs/decisions.md, "Resident floor"), so the smallest refuses fewer budgets that work; and a step may begin
   /// holding more than an earlier one (the gradients and the momentum that a
   /// zero_grad() just before backward() keeps through the next forward, once
   /// they exist), so each is counted from its own start (Note [Budget floor]

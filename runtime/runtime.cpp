@@ -58,8 +58,8 @@ tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, str
   t->last_access_ns = now;
   t->recompute_cost_ns = recompute_cost_ns > 0 ? recompute_cost_ns : 0;
   t->evictable = evictable;
-  // Note [Replays are not recorded]
-  const bool recorded = !replaying_locked();
+  // Note [Reruns are not recorded]
+  const bool recorded = !rerunning_locked();
   t->step = recorded ? recorder_.steps_completed() : managed_tensor::unrecorded;
   if (recorded) {
     std::vector<std::size_t> parent_ordinals;

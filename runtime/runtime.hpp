@@ -20,8 +20,10 @@
 // threads that touch the runtime wait too, which keeps the state simple; the
 // copy itself needs no runtime call to finish.
 //
-// Note [Replays are not recorded]
-// A recompute replays part of the step: it accesses (and, in the trace
+// Note [Reruns are not recorded]
+// A rerun is a segment's forward run again to recompute a dropped tensor
+// ("replay" is the simulator's word, for running a recorded trace). A
+// recompute reruns part of the step: it accesses (and, in the trace
 // simulator, re-creates and tracks) tensors that the step itself accesses at
 // other points. What a step does then depends on the evictions made in it,
 // and the n-th event, or the n-th tensor tracked, would name different
@@ -29,19 +31,19 @@
 // from one step would act on the wrong tensors in the next. Tracks and
 // accesses made inside storage_binding::recompute() are therefore not
 // recorded: the recorded step is the program's own sequence, the same in
-// every step, whatever was evicted. A tensor tracked inside a replay has no
+// every step, whatever was evicted. A tensor tracked inside a rerun has no
 // ordinal and is planned for by nobody; policies still evict it.
 //
-// Note [Replays run beside other threads]
+// Note [Reruns run beside other threads]
 // Because a recompute runs without the runtime's lock (Note [Recompute
-// outside the lock]), "inside a replay" is a property of a thread, not of
-// the runtime: while one thread replays, another may track, access, untrack
+// outside the lock]), "inside a rerun" is a property of a thread, not of
+// the runtime: while one thread reruns, another may track, access, untrack
 // or end the step, and its events are the program's own and are recorded.
-// So replaying_ lists the threads with a recompute in progress (one entry
-// per nested recompute) and replaying_locked() asks about the calling
-// thread only; a runtime-wide counter would have dropped the other threads'
-// events from the recorded step and made the plans of the next step name
-// the wrong tensors. The interplay with the rest of issue 16's machinery:
+// So rerunning_ lists the threads with a recompute in progress (one entry
+// per nested recompute) and rerunning_locked() asks about the calling
+// thread only; a runtime-wide counter would drop the other threads' events
+// from the recorded step and make the plans of the next step name the wrong
+// tensors. The interplay with the rest of the eviction machinery:
 //  - the tensor being recomputed is pinned (not a candidate): a plan carried
 //    out by another thread's event finds it not resident and passes over it;
 //    no reclaim, proactive offload or plan touches it until it is back;
@@ -53,12 +55,12 @@
 //
 // Note [Recompute outside the lock]
 // recompute() is the one binding call made without the runtime's lock: it
-// runs the glue's replay, which in torch is Python, and so takes Python's
-// lock. Holding the runtime's lock there deadlocked two threads: one in a
-// replay waiting for Python's lock, the other holding Python's lock (freeing
+// runs the glue's rerun, which in torch is Python, and so takes Python's
+// lock. Holding the runtime's lock there would deadlock two threads: one in
+// a rerun waiting for Python's lock, the other holding Python's lock (freeing
 // a graph, which untracks) waiting for the runtime's. So the tensor is
 // pinned and marked recomputing_on this thread, the lock is released for
-// the call, and taken again after it; a replay that accesses other tensors
+// the call, and taken again after it; a rerun that accesses other tensors
 // takes it afresh. Another thread that needs the same tensor meanwhile
 // waits (recomputed_) until the recompute has finished or failed. The lock
 // is held once when a recompute starts (access(), pin() and
@@ -127,7 +129,7 @@ struct memory_runtime_options {
 /// What track() may learn about a tensor beyond its storage.
 struct track_options {
   /// Tracked tensors it was computed from (Note [Evicted neighbourhood] in
-  /// lineage.hpp): DTR prices a drop by the evicted tensors a replay would
+  /// lineage.hpp): DTR prices a drop by the evicted tensors a rerun would
   /// also need. Empty: the tensor's own cost only.
   std::span<const tensor_id> parents{};
   /// An untracked tensor that this one re-creates: it takes over that
@@ -216,8 +218,8 @@ class memory_runtime final : public reclaimer {
   const eviction_policy& policy_object() const { return *policy_; }
   std::size_t prefetch_distance() const;
   /// Events recorded so far in the step in progress: the program's tracks,
-  /// accesses and untracks, from every thread, none made inside a replay
-  /// (Note [Replays run beside other threads]). For tests and tools.
+  /// accesses and untracks, from every thread, none made inside a rerun
+  /// (Note [Reruns run beside other threads]). For tests and tools.
   /// Thread-safe.
   std::size_t recorded_events() const;
   /// Note [Resident floor]: the peak of bytes no eviction could give back,
@@ -246,9 +248,9 @@ class memory_runtime final : public reclaimer {
   // access() with mu_ held once by `lock` (pin() uses it too).
   void access_locked(managed_tensor& t, stream_id on, lock_type& lock);
   static void note_stream(managed_tensor& t, stream_id on);
-  // Whether the calling thread is inside a recompute() (Note [Replays run
+  // Whether the calling thread is inside a recompute() (Note [Reruns run
   // beside other threads]).
-  bool replaying_locked() const;
+  bool rerunning_locked() const;
   // Note [Resident floor]: the candidates' bytes that eviction would free,
   // and t's part of them (one look at the budget: it takes the allocator's lock).
   struct floor_spare {
@@ -308,9 +310,9 @@ class memory_runtime final : public reclaimer {
   std::mt19937_64 rng_;
   std::uint64_t next_id_ = 1;
   bool speculative_ = false;  // Note [Prefetch never evicts]
-  // Note [Replays run beside other threads]: one entry per recompute() in
+  // Note [Reruns run beside other threads]: one entry per recompute() in
   // progress, naming its thread.
-  std::vector<std::thread::id> replaying_;
+  std::vector<std::thread::id> rerunning_;
   // Note [Proactive offload under pressure]
   bool proactive_armed_ = false;
   // Note [A step is an iteration] (runtime_stats.hpp): whether the iteration since the last

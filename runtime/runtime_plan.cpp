@@ -17,7 +17,7 @@
 // (Note [Step matching]). A swapped tensor's device block goes back when its
 // copy completes (poll), or stream-ordered if a reclaim needs it first
 // (Note [Offload ordering]), so carrying out a plan never blocks the host.
-// A planned drop whose storage was changed in place since its replay was
+// A planned drop whose storage was changed in place since its rerun was
 // set up (storage_binding::can_recompute) is swapped instead, as reclaim()
 // does. What the plan did not foresee is left to reclaim() and the policy's
 // choose(). The work per event is the due entries only: O(1) amortised.
@@ -57,7 +57,7 @@ bool memory_runtime::carry_out_leave_locked(const planned_eviction& pe) {
   if (t == nullptr || t->state != tensor_state::resident) return false;
   if (!t->in_candidates) return true;  // pinned by the operator running now: try again
   if (!t->binding->can_release()) return false;
-  // A planned drop only of what a replay rebuilds as it is now (Note
+  // A planned drop only of what a rerun rebuilds as it is now (Note
   // [Recompute reproduces one version] in hooks/budget/saved_storage.hpp);
   // else a swap.
   if (pe.action == eviction_action::drop && t->recomputable() && t->binding->can_recompute()) {

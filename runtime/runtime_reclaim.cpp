@@ -44,7 +44,7 @@ void memory_runtime::drop_locked(managed_tensor& t) {
   engine_.release_dropped(t);
   t.state = tensor_state::dropped;
   // Note [Recompute limit]: the drop commits its recompute, and that of the
-  // parents its replay will need.
+  // parents its rerun will need.
   t.committed_ns = t.recompute_cost_ns + lineage_.evicted_parents_cost(t.id);
   recompute_limit_.commit(t.committed_ns);
   t.dropped_this_step = true;
@@ -216,11 +216,10 @@ bool memory_runtime::try_prefetch_locked(managed_tensor& t) {
 // Proactive offload predicts the next events' growth in tracked bytes from
 // the previous step and starts copies when reserved + growth would pass the
 // budget. That overestimates: growth is often served by cached free blocks
-// inside what is already reserved. With the budget at the step's peak
-// (ratio 1.0) it moved 641 MiB a step and cost 1.26x on the CPU benchmark,
-// and 1.15x on DTR's ResNet-32 log under tp-sim, where nothing had to move.
-// Predicting from allocated bytes instead fixed that case but under-offloaded
-// at tighter budgets (3fbe2e3, reverted). So the prediction stays, and it is
+// inside what is already reserved, so with a budget the step fits in it
+// moves memory that need not move; predicting from allocated bytes instead
+// under-offloads at tighter budgets (measured: docs/decisions.md,
+// "Proactive offload under pressure"). So the prediction stays, and it is
 // armed only under pressure: from the first reclaim (the allocator asked the
 // runtime for memory), and for every step that follows a step with a
 // reclaim or a proactive offload. A step that needed neither disarms it. A
@@ -254,8 +253,8 @@ void memory_runtime::proactive_offload_locked() {
     const auto choice = choose_locked(want - started_bytes, 0, 0);
     // Ahead of time only copies start; a drop waits for the reclaim that
     // needs it (a policy that would drop its best victim, as DTR always
-    // does, starts no copy: it was copies started here that kept `dtr` from
-    // ever recomputing under the runtime's defaults).
+    // does, starts no copy: copies started here would keep `dtr` from ever
+    // recomputing under the runtime's defaults).
     if (!choice || choice->action != eviction_action::swap) break;
     managed_tensor& t = *choice->victim;
     candidates_.remove(t);

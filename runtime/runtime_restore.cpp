@@ -47,7 +47,7 @@ void memory_runtime::access_locked(managed_tensor& t, stream_id on, lock_type& l
   const auto marks = alloc_.take_allocated_high_water();
   const floor_spare spare = floor_spare_locked(t);
   floor_.sample(marks.high_water, marks.now, spare.all, spare.all - spare.of_t);
-  if (replaying_locked()) return;  // Note [Replays are not recorded]
+  if (rerunning_locked()) return;  // Note [Reruns are not recorded]
   if (t.step == recorder_.steps_completed()) recorder_.on_access(t.ordinal, t.last_access_ns);
   // What this event sets off (a planned eviction, when this step's events do
   // not line up with the plan's) must not take t: its caller is about to use
@@ -58,8 +58,8 @@ void memory_runtime::access_locked(managed_tensor& t, stream_id on, lock_type& l
   if (candidate) make_candidate(t);
 }
 
-bool memory_runtime::replaying_locked() const {
-  return std::find(replaying_.begin(), replaying_.end(), std::this_thread::get_id()) != replaying_.end();
+bool memory_runtime::rerunning_locked() const {
+  return std::find(rerunning_.begin(), rerunning_.end(), std::this_thread::get_id()) != rerunning_.end();
 }
 
 void memory_runtime::pin(tensor_id id) {
@@ -90,7 +90,7 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
   // Note [Recompute outside the lock]: another thread may be recomputing it.
   while (t.recomputing_on != std::thread::id{}) {
     if (t.recomputing_on == std::this_thread::get_id()) {
-      throw error(fmt::format("tensorpager: recomputing tensor {} needs tensor {} itself (a replay that reads "
+      throw error(fmt::format("tensorpager: recomputing tensor {} needs tensor {} itself (a rerun that reads "
                               "its own output)",
                               to_underlying(t.id), to_underlying(t.id)));
     }
@@ -137,7 +137,7 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
     }
     case tensor_state::dropped: {
       recompute_unlocked(t, lock);
-      // Note [Replays run beside other threads]: the lock was released and
+      // Note [Reruns run beside other threads]: the lock was released and
       // taken again; what follows reads the runtime as it is now.
       t.state = tensor_state::resident;
       lineage_.restored(t.id);
@@ -146,7 +146,7 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
       ++stats_.stalls;
       stats_.stall_ns += clock_.now_ns() - requested;
       // Note [Recompute limit]: the time spent, for the committed cost.
-      if (!replaying_locked()) recompute_limit_.spend(clock_.now_ns() - requested);
+      if (!rerunning_locked()) recompute_limit_.spend(clock_.now_ns() - requested);
       if (t.dropped_this_step) {
         recompute_limit_.settle(t.committed_ns);
         t.dropped_this_step = false;
@@ -163,10 +163,10 @@ void memory_runtime::recompute_unlocked(managed_tensor& t, lock_type& lock) {
   // Unpinned at return, with the lock held again on every path.
   const pinned_while recomputing(t);
   t.recomputing_on = std::this_thread::get_id();
-  replaying_.push_back(t.recomputing_on);  // Note [Replays run beside other threads]
+  rerunning_.push_back(t.recomputing_on);  // Note [Reruns run beside other threads]
   notify_locked(runtime_event_kind::recompute_begin, &t, 0);
   const auto finish = [&](bool failed) {
-    replaying_.erase(std::find(replaying_.begin(), replaying_.end(), t.recomputing_on));
+    rerunning_.erase(std::find(rerunning_.begin(), rerunning_.end(), t.recomputing_on));
     t.recomputing_on = {};
     notify_locked(runtime_event_kind::recompute_end, &t, failed ? 1 : 0);  // every begin has its end
     recomputed_.notify_all();

@@ -10,20 +10,17 @@ namespace {
 
 // Note [Planning margins]
 // Two constants, chosen with tp-sim on DTR's two logs at the reference's
-// ratios 0.9..0.2 (bench/results/sim_dtr.md); slowdowns at ratio 0.5 for
-// ResNet-32 / the Transformer:
+// ratios 0.9..0.2 (measured: docs/decisions.md, "Planning margins"):
 //  - the copy channels are planned at 70% of the bandwidth. The fluid model
 //    lets copies share a bucket where the device runs them one after
 //    another, in the order they were issued, and the device can run behind
-//    the host. At 90% prefetches came late (1.060x / 1.040x), at 70%
-//    1.021x / 1.017x, at 50% too few copies fit and more was dropped
-//    (1.037x / 1.030x, 1.044x for the Transformer at 0.6);
+//    the host. Planned nearer the full bandwidth, prefetches come late;
+//    much lower, too few copies fit and more is dropped;
 //  - a swap costs 2% of its round trip even when it hides: the planner then
 //    prefers one large tensor to several small ones (each copy pays the
 //    latency, and a small prefetch waits behind a large one), and dropping a
-//    tensor that is nearly free to recompute to copying it. At 0: 1.040x /
-//    1.017x; at 20% drops whose replays cost more than their price won
-//    (1.089x / 1.096x).
+//    tensor that is nearly free to recompute to copying it. Priced much
+//    higher, drops whose reruns cost more than their price win.
 constexpr double swap_weight = 0.02;
 constexpr double derate = 0.7;
 constexpr std::size_t lookahead = 1;  // events whose growth one pricing covers
@@ -288,9 +285,9 @@ std::optional<std::size_t> step_planner::prefetch_event(std::size_t i, std::size
 
 // The time to have o back at event u when it is not there: its recompute,
 // and that of its parents not there either (dropped by the plan, or freed
-// by the step: the replay re-creates them, once); a parent swapped away
+// by the step: the rerun re-creates them, once); a parent swapped away
 // costs an unplanned copy. Depth-limited; an ancestor reached twice is
-// priced twice (a replay of each child may need it again: over, not under).
+// priced twice (a rerun of each child may need it again: over, not under).
 std::int64_t step_planner::chain_cost(std::size_t o, std::size_t u, int depth) const {
   std::int64_t cost = rec_.tensors[o].recompute_cost_ns;
   if (depth >= 4) return cost;

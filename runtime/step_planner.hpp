@@ -29,7 +29,7 @@
 //     event at which its prefetch starts;
 //   - drop: away from i to its next use, where it is recomputed: its recompute
 //     time, plus that of each parent not there then (dropped by the plan, or
-//     freed by the step: the replay re-creates it, recursively), plus one
+//     freed by the step: the rerun re-creates it, recursively), plus one
 //     copy for a parent the plan swapped away. A tensor that the operator
 //     at i reads is not dropped there (it is pinned).
 // Ties go to the larger tensor. When nothing can be removed at an event the

@@ -23,7 +23,7 @@
 // tensor needed while offloading is taken back at once: its device storage
 // was never released; the host block is freed when the copy completes.
 // Memory the allocator does not know (a binding's own) cannot be guarded
-// that way: then the host waits for the copy (synchronize_event), as before.
+// that way: then the host waits for the copy (synchronize_event).
 //
 // Note [Prefetch ordering]
 // A prefetch allocates new device storage through the binding (on the compute
@@ -61,9 +61,10 @@
 // (caching_allocator::record_stream, a no-op for the block's own stream),
 // or, for memory the allocator does not know, the host waits for each. A
 // restore makes the stream that asked for it, the tensor's stream and the
-// other streams wait on the copy. Seen on an H200 (2026-11-27): with every
-// tensor ordered on the one stream current when the budget began, a forward
-// on a side stream kept busy gave wrong gradients under every policy.
+// other streams wait on the copy. Ordering every tensor on the one stream
+// current when the budget began gives wrong gradients when a forward runs on
+// a busy side stream (seen on a GPU: docs/decisions.md, "Tensors used on
+// several streams").
 //
 // Waits for an event alone (stream_wait_event) capture the record current at
 // call time, so the scratch event of step (1) is reused at once.

@@ -161,7 +161,7 @@ TEST(HybridPolicy, FallbackSwapsWhatHidesAndDropsWhatIsCheaperToRecompute) {
 }
 
 // Note [Evicted neighbourhood]: DTR prices a drop by the evicted tensors its
-// replay would also need, so of two equal tensors it drops the one whose
+// rerun would also need, so of two equal tensors it drops the one whose
 // neighbours are all resident.
 TEST(DtrPolicy, PricesTheEvictedNeighbourhoodAndDropsWhileItCan) {
   scripted s;
@@ -175,7 +175,7 @@ TEST(DtrPolicy, PricesTheEvictedNeighbourhoodAndDropsWhileItCan) {
   g.add(a.id, 100, pa);
   g.add(b.id, 100, {});
   g.add(c.id, 100, {});
-  g.evicted(parent_of_a.id);  // dropped: a's replay would replay it too
+  g.evicted(parent_of_a.id);  // dropped: a's rerun would rerun it too
   s.set.remove(parent_of_a);
   auto ctx = s.ctx(100);
   ctx.graph = &g;

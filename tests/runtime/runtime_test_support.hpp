@@ -55,7 +55,7 @@ struct runtime_rig {
 };
 
 /// Owns device memory from the caching allocator; contents are a pattern of
-/// `seed`. recompute() re-creates the same pattern, as a replay with the RNG
+/// `seed`. recompute() re-creates the same pattern, as a rerun with the RNG
 /// restored re-creates the same values.
 class fake_binding final : public storage_binding {
  public:

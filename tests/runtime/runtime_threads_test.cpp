@@ -1,7 +1,7 @@
 // memory_runtime with more than one thread around a recompute: the recompute
 // runs without the runtime's lock (Note [Recompute outside the lock]), and
 // what another thread does meanwhile is the program's own step (Note
-// [Replays run beside other threads]).
+// [Reruns run beside other threads]).
 
 #include <gtest/gtest.h>
 
@@ -25,7 +25,7 @@ memory_runtime::options with_policy(policy_kind k) {
   return o;
 }
 
-// Note [Recompute outside the lock]: a recompute (Python's replay, in torch)
+// Note [Recompute outside the lock]: a recompute (Python's rerun, in torch)
 // may wait for another thread that needs the runtime meanwhile, as one
 // waits for Python's lock held by a thread that is untracking a tensor.
 class waiting_binding final : public storage_binding {
@@ -102,7 +102,7 @@ TEST(RuntimeThreads, ASecondThreadWaitsForTheRecomputeInFlight) {
 
 TEST(RuntimeThreads, PinRecomputesWithoutTheLock) {
   // pin() is access() with a pin: it must not hold the lock a second time
-  // around the recompute, or the replay holds it (it took the lock itself
+  // around the recompute, or the rerun holds it (it took the lock itself
   // and then called access()).
   runtime_rig rig;
   memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, with_policy(policy_kind::dtr));
@@ -119,7 +119,7 @@ TEST(RuntimeThreads, PinRecomputesWithoutTheLock) {
   rt.check_invariants();
 }
 
-// A replay whose recompute lets another thread run its own step meanwhile,
+// A rerun whose recompute lets another thread run its own step meanwhile,
 // as a second training thread does while this one waits for Python's lock.
 class concurrent_binding final : public storage_binding {
  public:
@@ -131,19 +131,19 @@ class concurrent_binding final : public storage_binding {
   }
   void recompute() override {
     std::thread(meanwhile).join();
-    replay();
+    rerun();
     inner_.recompute();
   }
   std::function<void()> meanwhile;  // on another thread, during the recompute
-  std::function<void()> replay;     // on this thread, inside the replay
+  std::function<void()> rerun;     // on this thread, inside the rerun
 
  private:
   fake_binding& inner_;
 };
 
-TEST(RuntimeThreads, AnotherThreadsEventsDuringAReplayAreRecorded) {
-  // Note [Replays run beside other threads]: before, one runtime-wide count
-  // of replays in progress kept the other thread's track and access out of
+TEST(RuntimeThreads, AnotherThreadsEventsDuringARerunAreRecorded) {
+  // Note [Reruns run beside other threads]: before, one runtime-wide count
+  // of reruns in progress kept the other thread's track and access out of
   // the recorded step, so the next step's plan named the wrong tensors.
   runtime_rig rig;
   memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, with_policy(policy_kind::dtr));
@@ -158,11 +158,11 @@ TEST(RuntimeThreads, AnotherThreadsEventsDuringAReplayAreRecorded) {
     their_id = rt.track(theirs, theirs.bytes(), rig.compute, 0);
     rt.access(their_id);
   };
-  b.replay = [&] { rt.access(pid); };  // the replay reads its input: not recorded
+  b.rerun = [&] { rt.access(pid); };  // the rerun reads its input: not recorded
   ASSERT_EQ(rt.reclaim(1, rig.compute), inner.bytes());
   const std::size_t before = rt.recorded_events();
   rt.access(id);
-  // The other thread's track and access, then this access; not the replay's.
+  // The other thread's track and access, then this access; not the rerun's.
   EXPECT_EQ(rt.recorded_events(), before + 3);
   EXPECT_TRUE(inner.verify());
   rt.untrack(their_id);
