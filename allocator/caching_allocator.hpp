@@ -130,6 +130,7 @@
 #include "allocator/block.hpp"
 #include "allocator/memory_stats.hpp"
 #include "allocator/reclaimer.hpp"
+#include "allocator/runtime_allocator.hpp"
 #include "allocator/segment_listener.hpp"
 #include "allocator/snapshot.hpp"
 #include "device/device.hpp"
@@ -156,7 +157,8 @@ struct caching_allocator_options {
 /// Lifetime: the device must outlive the allocator. Destroying the allocator
 /// waits for pending events and returns every segment to the device; pointers
 /// still allocated then become invalid.
-class caching_allocator {
+/// The budget runtime uses it through runtime_allocator.
+class caching_allocator final : public runtime_allocator {
  public:
   using options = caching_allocator_options;
   /// Note [Reclaim]: how many times one allocation asks the reclaimer.
@@ -187,7 +189,7 @@ class caching_allocator {
   /// Declares that `stream` also uses the allocation at `ptr`, so its memory
   /// is not reused before the work enqueued on `stream` up to the free has
   /// completed. Throws tp::invalid_argument for an unknown pointer or stream.
-  void record_stream(void* ptr, stream_id stream);
+  void record_stream(void* ptr, stream_id stream) override;
 
   /// Waits for pending events, then returns every fully free segment to the
   /// device.
@@ -197,10 +199,10 @@ class caching_allocator {
   /// segments as needed; if what is still in use exceeds the new budget it
   /// throws tp::invalid_argument and the old budget stays.
   void set_budget(std::optional<std::size_t> bytes);
-  std::optional<std::size_t> budget() const;
+  std::optional<std::size_t> budget() const override;
 
   /// Registers the reclaimer of Note [Reclaim] (nullptr: none). Not owned.
-  void set_reclaimer(reclaimer* r);
+  void set_reclaimer(reclaimer* r) override;
 
   /// Makes the allocator record its events into `t` (Note [Allocator
   /// trace]; nullptr: stop). Not owned; detach it before destroying it. Once
@@ -213,21 +215,12 @@ class caching_allocator {
   void set_segment_listener(segment_listener* l);
 
   /// The size of the block behind an allocated pointer, or 0 if unknown.
-  std::size_t allocation_size(const void* ptr) const;
+  std::size_t allocation_size(const void* ptr) const override;
   /// The lifetime an allocated pointer was allocated for (Note [Long-lived
   /// placement]); nullopt for a pointer this allocator does not hold.
   std::optional<lifetime> lifetime_of(const void* ptr) const;
 
-  /// Bytes allocated: the most at once since the previous call (or since
-  /// construction), and now; the count restarts from now. For one reader
-  /// (the runtime's Note [Resident floor]); stats() peaks are untouched.
-  struct allocated_marks {
-    std::size_t high_water = 0;
-    std::size_t now = 0;
-  };
-  allocated_marks take_allocated_high_water();
-
-  allocator_stats stats() const;
+  allocator_stats stats() const override;
   void reset_peak_stats();
   void reset_accumulated_stats();
   /// Segments and their blocks, by address.
@@ -241,6 +234,8 @@ class caching_allocator {
 
  private:
   using lock_type = std::unique_lock<std::mutex>;
+  /// runtime_allocator's only: the runtime's Note [Resident floor].
+  allocated_marks take_allocated_high_water() override;
   struct pending_event {
     event_id event;
     detail::block* block;

@@ -97,7 +97,7 @@ void caching_allocator::reset_accumulated_stats() {
   stats_.reset_accumulated();
 }
 
-caching_allocator::allocated_marks caching_allocator::take_allocated_high_water() {
+runtime_allocator::allocated_marks caching_allocator::take_allocated_high_water() {
   std::lock_guard lock(mutex_);
   const std::int64_t now = stats_.allocated_bytes.all().current;
   const std::int64_t high = std::max(high_water_, now);

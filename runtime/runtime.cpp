@@ -10,7 +10,7 @@
 
 namespace tp {
 
-memory_runtime::memory_runtime(device& dev, caching_allocator& alloc, pinned_host_pool& host,
+memory_runtime::memory_runtime(device& dev, runtime_allocator& alloc, pinned_host_pool& host,
                                clock& clk, options opts)
     : dev_(dev),
       alloc_(alloc),

@@ -90,7 +90,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "allocator/caching_allocator.hpp"
+#include "allocator/caching_allocator.hpp"  // for the glue that reaches it through this header
+#include "allocator/runtime_allocator.hpp"
 #include "allocator/pinned_host_pool.hpp"
 #include "allocator/reclaimer.hpp"
 #include "core/clock.hpp"
@@ -151,7 +152,7 @@ class memory_runtime final : public reclaimer {
  public:
   using options = memory_runtime_options;
 
-  memory_runtime(device& dev, caching_allocator& alloc, pinned_host_pool& host, clock& clk,
+  memory_runtime(device& dev, runtime_allocator& alloc, pinned_host_pool& host, clock& clk,
                  options opts = {});
   ~memory_runtime() override;
   memory_runtime(const memory_runtime&) = delete;
@@ -292,7 +293,7 @@ class memory_runtime final : public reclaimer {
   void notify_locked(runtime_event_kind kind, const managed_tensor* t, std::int64_t detail);
 
   device& dev_;
-  caching_allocator& alloc_;
+  runtime_allocator& alloc_;
   clock& clock_;
   options opts_;
   mutable std::recursive_mutex mu_;

@@ -7,7 +7,7 @@
 
 namespace tp {
 
-transfer_engine::transfer_engine(device& dev, caching_allocator& alloc, pinned_host_pool& pool,
+transfer_engine::transfer_engine(device& dev, runtime_allocator& alloc, pinned_host_pool& pool,
                                  std::optional<stream_id> offload_stream,
                                  std::optional<stream_id> prefetch_stream)
     : dev_(dev),

@@ -74,7 +74,7 @@
 #include <optional>
 #include <vector>
 
-#include "allocator/caching_allocator.hpp"
+#include "allocator/runtime_allocator.hpp"
 #include "allocator/pinned_host_pool.hpp"
 #include "device/device.hpp"
 #include "device/event_pool.hpp"
@@ -103,7 +103,7 @@ struct transfer_stats {
 class transfer_engine {
  public:
   /// Uses the given side streams, or creates them.
-  transfer_engine(device& dev, caching_allocator& alloc, pinned_host_pool& pool,
+  transfer_engine(device& dev, runtime_allocator& alloc, pinned_host_pool& pool,
                   std::optional<stream_id> offload_stream = {},
                   std::optional<stream_id> prefetch_stream = {});
   ~transfer_engine();
@@ -195,7 +195,7 @@ class transfer_engine {
   void emit(runtime_event_kind kind, const managed_tensor& t, stream_id stream, std::int64_t detail) noexcept;
 
   device& dev_;
-  caching_allocator& alloc_;
+  runtime_allocator& alloc_;
   pinned_host_pool& pool_;
   stream_id offload_;
   stream_id prefetch_;
