@@ -17,10 +17,9 @@ Python are in ``_tracker.py`` (Note [Segments]; Note [torch.compile] in ``_compi
 
 Note [Step boundaries]
 The runtime learns one step's access sequence and uses it in the next
-(prefetch ahead, plans). A step ends when the outermost module's forward
-starts after a backward has unpacked saved tensors (each iteration of a
-training loop), or at an explicit ``tp.step()``. A ratio budget is resolved
-at the first boundary (a share of that step's peak reserved bytes).
+(prefetch ahead, plans). A step is one training iteration; where one ends,
+and at which boundary a ratio budget is resolved, is Note [Where an
+iteration ends] in ``_steps.py``. An explicit ``tp.step()`` is a boundary too.
 
 Note [Peaks under a ratio budget]
 A ratio budget measures its first step without a cap, so that step's peak is
