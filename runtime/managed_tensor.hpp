@@ -7,7 +7,12 @@
 //   resident    --offload-->  offloading  --copy event done, release_device-->  on_host
 //   offloading  --needed again-->  resident   (the device copy was never released)
 //   on_host     --prefetch-->  prefetching --compute stream waits on event-->  resident
+//   prefetching --a reclaim takes it back (cancel_prefetch)-->  on_host
 //   resident    --drop (release_device)-->  dropped  --recompute()-->  resident
+// These edges, and no others (tensor_state_edges below): a tensor moves
+// only through managed_tensor::move_to(), which ends the process on any
+// other move, since the runtime's bookkeeping (candidates, copies in
+// flight, device and host storage) would no longer describe the tensor.
 // The runtime frees device memory only through storage_binding::release_device,
 // and only when no copy still reads it (Note [Offload ordering] in
 // transfer_engine.hpp). Host blocks are freed only once the copy that reads or
@@ -38,6 +43,32 @@ enum class eviction_action : unsigned char { swap, drop };
 
 const char* to_string(tensor_state s);
 const char* to_string(eviction_action a);
+
+/// One edge of Note [Tensor states].
+struct tensor_state_edge {
+  tensor_state from;
+  tensor_state to;
+};
+
+/// Note [Tensor states]: every move a tensor may make.
+inline constexpr tensor_state_edge tensor_state_edges[] = {
+    {tensor_state::resident, tensor_state::offloading},    // offload
+    {tensor_state::offloading, tensor_state::on_host},     // copy done, device storage released
+    {tensor_state::offloading, tensor_state::resident},    // needed again: offload cancelled
+    {tensor_state::on_host, tensor_state::prefetching},    // prefetch
+    {tensor_state::prefetching, tensor_state::resident},   // compute waits on the copy
+    {tensor_state::prefetching, tensor_state::on_host},    // prefetch cancelled by a reclaim
+    {tensor_state::resident, tensor_state::dropped},       // drop
+    {tensor_state::dropped, tensor_state::resident},       // recompute
+};
+
+/// Whether tensor_state_edges holds from -> to.
+constexpr bool is_legal_transition(tensor_state from, tensor_state to) noexcept {
+  for (const tensor_state_edge& e : tensor_state_edges) {
+    if (e.from == from && e.to == to) return true;
+  }
+  return false;
+}
 
 /// The glue's side of one tracked tensor's storage.
 ///
@@ -89,7 +120,6 @@ struct managed_tensor {
   /// The other streams it was used on (Note [Tensors used on several
   /// streams] in transfer_engine.hpp); usually none.
   std::vector<stream_id> other_streams;
-  tensor_state state = tensor_state::resident;
   std::int64_t last_access_ns = 0;
   std::uint64_t access_count = 0;
   std::int64_t recompute_cost_ns = 0;  ///< 0: not recomputable
@@ -122,6 +152,16 @@ struct managed_tensor {
   std::list<managed_tensor*>::iterator lru_pos{};
 
   bool recomputable() const { return recompute_cost_ns > 0; }
+
+  /// Note [Tensor states]; a new tensor is resident.
+  tensor_state state() const noexcept { return state_; }
+  /// Moves the tensor along an edge of tensor_state_edges. Any other move is
+  /// a bug in the runtime: it ends the process with a message naming the
+  /// tensor and both states (tp::fail_fast).
+  void move_to(tensor_state next) noexcept;
+
+ private:
+  tensor_state state_ = tensor_state::resident;
 };
 
 /// Sets managed_tensor::pinned for its lifetime: the tensor is being

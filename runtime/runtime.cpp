@@ -102,7 +102,7 @@ memory_runtime::floor_spare memory_runtime::floor_spare_locked(const managed_ten
 }
 
 void memory_runtime::make_candidate(managed_tensor& t) {
-  if (t.evictable && !t.pinned && t.pins == 0 && t.state == tensor_state::resident) candidates_.add(t);
+  if (t.evictable && !t.pinned && t.pins == 0 && t.state() == tensor_state::resident) candidates_.add(t);
 }
 
 namespace {
@@ -138,7 +138,7 @@ void memory_runtime::after_event_locked(bool is_access) {
 bool memory_runtime::offload(tensor_id id) {
   lock_type lock(mu_);
   managed_tensor& t = find(id);
-  if (t.state != tensor_state::resident || t.pinned || !t.binding->can_release()) return false;
+  if (t.state() != tensor_state::resident || t.pinned || !t.binding->can_release()) return false;
   candidates_.remove(t);
   if (!engine_.start_offload(t)) {
     make_candidate(t);
@@ -229,13 +229,13 @@ std::size_t memory_runtime::poll_locked() {
   const std::int64_t now = clock_.now_ns();
   for (std::size_t i = 0; i < in_flight_.size();) {
     managed_tensor& t = *in_flight_[i];
-    if (t.state == tensor_state::offloading && engine_.try_complete_offload(t)) {
+    if (t.state() == tensor_state::offloading && engine_.try_complete_offload(t)) {
       released += t.bytes;
       in_flight_[i] = in_flight_.back();
       in_flight_.pop_back();
       continue;
     }
-    if (t.state == tensor_state::prefetching && t.prefetch_done_ns < 0 && engine_.copy_done(t)) {
+    if (t.state() == tensor_state::prefetching && t.prefetch_done_ns < 0 && engine_.copy_done(t)) {
       t.prefetch_done_ns = now;
     }
     ++i;
@@ -254,7 +254,7 @@ std::size_t memory_runtime::poll_locked() {
 
 tensor_state memory_runtime::state(tensor_id id) const {
   lock_type lock(mu_);
-  return find(id).state;
+  return find(id).state();
 }
 
 policy_kind memory_runtime::policy() const {
@@ -304,7 +304,7 @@ runtime_stats memory_runtime::stats_locked() const {
   s.cancelled_prefetches = e.cancelled_prefetches;
   s.tracked = tensors_.size();
   for (const auto& [id, t] : tensors_) {
-    switch (t->state) {
+    switch (t->state()) {
       case tensor_state::resident: s.resident_bytes += t->bytes; break;
       case tensor_state::offloading:
       case tensor_state::prefetching:

@@ -48,13 +48,13 @@ void memory_runtime::carry_out_plan_locked(const step_plan& plan) {
   plan_cursor_.retain_prefetches([&](std::size_t k) {
     managed_tensor* t = planned_tensor_locked(plan.evictions[k].ordinal);
     if (t == nullptr) return false;
-    return t->state == tensor_state::offloading || (t->state == tensor_state::on_host && !try_prefetch_locked(*t));
+    return t->state() == tensor_state::offloading || (t->state() == tensor_state::on_host && !try_prefetch_locked(*t));
   });
 }
 
 bool memory_runtime::carry_out_leave_locked(const planned_eviction& pe) {
   managed_tensor* t = planned_tensor_locked(pe.ordinal);
-  if (t == nullptr || t->state != tensor_state::resident) return false;
+  if (t == nullptr || t->state() != tensor_state::resident) return false;
   if (!t->in_candidates) return true;  // pinned by the operator running now: try again
   if (!t->binding->can_release()) return false;
   // A planned drop only of what a rerun rebuilds as it is now (Note

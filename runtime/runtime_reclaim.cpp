@@ -42,7 +42,7 @@ void memory_runtime::drop_locked(managed_tensor& t) {
   candidates_.remove(t);
   notify_locked(runtime_event_kind::eviction, &t, 1);  // before release: the block's address
   engine_.release_dropped(t);
-  t.state = tensor_state::dropped;
+  t.move_to(tensor_state::dropped);
   // Note [Recompute limit]: the drop commits its recompute, and that of the
   // parents its rerun will need.
   t.committed_ns = t.recompute_cost_ns + lineage_.evicted_parents_cost(t.id);
@@ -103,7 +103,7 @@ std::size_t memory_runtime::reclaim(std::size_t bytes, stream_id /*stream*/) {
     // Note [Step plan]: what the device holds besides resident tracked tensors.
     std::size_t resident = 0;
     for (const auto& [id, t] : tensors_) {
-      if (t->state != tensor_state::on_host && t->state != tensor_state::dropped) resident += t->bytes;
+      if (t->state() != tensor_state::on_host && t->state() != tensor_state::dropped) resident += t->bytes;
     }
     const auto held = static_cast<std::size_t>(astats.reserved_bytes.all().current);
     recorder_.on_pressure(held > resident ? held - resident : 0);
@@ -114,7 +114,7 @@ std::size_t memory_runtime::reclaim(std::size_t bytes, stream_id /*stream*/) {
   // stream-ordered behind their copies (Note [Offload ordering]).
   for (std::size_t i = 0; i < in_flight_.size() && freed < bytes;) {
     managed_tensor& t = *in_flight_[i];
-    if (t.state != tensor_state::offloading) {
+    if (t.state() != tensor_state::offloading) {
       ++i;
       continue;
     }
@@ -143,14 +143,14 @@ std::size_t memory_runtime::reclaim(std::size_t bytes, stream_id /*stream*/) {
   // Every copy started, each device block goes back behind its own copy;
   // the allocator waits for them only if it needs them before they finish.
   for (managed_tensor* t : started) {
-    if (t->state != tensor_state::offloading) continue;
+    if (t->state() != tensor_state::offloading) continue;
     remove_in_flight(*t);
     freed += release_offloading_locked(*t);
   }
   // Last, prefetches nobody has used yet: their host copies stay whole.
   for (std::size_t i = 0; i < in_flight_.size() && freed < bytes;) {
     managed_tensor& t = *in_flight_[i];
-    if (t.state != tensor_state::prefetching || t.pinned || t.pins != 0) {
+    if (t.state() != tensor_state::prefetching || t.pinned || t.pins != 0) {
       ++i;
       continue;
     }
@@ -186,7 +186,7 @@ void memory_runtime::prefetch_ahead_locked() {
     const auto it = tensors_.find(to_underlying(by_ordinal_[e.ordinal]));
     if (it == tensors_.end()) continue;
     managed_tensor& t = *it->second;
-    if (t.state != tensor_state::on_host || t.planned_away || !prev->matches(t.ordinal, t.bytes)) continue;
+    if (t.state() != tensor_state::on_host || t.planned_away || !prev->matches(t.ordinal, t.bytes)) continue;
     try_prefetch_locked(t);
   }
 }
@@ -243,7 +243,7 @@ void memory_runtime::proactive_offload_locked() {
   if (reserved + growth <= *budget) return;
   std::size_t in_flight_bytes = 0;
   for (const managed_tensor* t : in_flight_) {
-    if (t->state == tensor_state::offloading) in_flight_bytes += t->bytes;
+    if (t->state() == tensor_state::offloading) in_flight_bytes += t->bytes;
   }
   std::size_t want = reserved + growth - *budget;
   want = want > in_flight_bytes ? want - in_flight_bytes : 0;
@@ -279,14 +279,14 @@ void memory_runtime::check_invariants() const {
   lock_type lock(mu_);
   auto fail = [](const managed_tensor& t, const char* what) {
     throw error(fmt::format("tensorpager: runtime invariant broken for tensor {} ({}): {}",
-                            to_underlying(t.id), to_string(t.state), what));
+                            to_underlying(t.id), to_string(t.state()), what));
   };
   std::size_t candidates = 0;
   for (const auto& [id, tp] : tensors_) {
     const managed_tensor& t = *tp;
     const bool has_device = t.binding->device_ptr() != nullptr;
     if (t.pinned) fail(t, "pinned outside a restore");
-    switch (t.state) {
+    switch (t.state()) {
       case tensor_state::resident:
         if (!has_device) fail(t, "resident without device storage");
         if (t.in_candidates != (t.evictable && t.pins == 0)) fail(t, "candidate flag disagrees with evictable");
@@ -313,7 +313,7 @@ void memory_runtime::check_invariants() const {
   }
   std::size_t flying = 0;
   for (const auto& [id, tp] : tensors_) {
-    if (tp->state == tensor_state::offloading || tp->state == tensor_state::prefetching) ++flying;
+    if (tp->state() == tensor_state::offloading || tp->state() == tensor_state::prefetching) ++flying;
   }
   if (flying != in_flight_.size()) {
     throw error(fmt::format("tensorpager: {} tensors in flight, {} listed", flying, in_flight_.size()));

@@ -97,7 +97,7 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
     recomputed_.wait(lock);
   }
   const std::int64_t requested = clock_.now_ns();
-  switch (t.state) {
+  switch (t.state()) {
     case tensor_state::resident:
       return;
     case tensor_state::offloading:
@@ -113,7 +113,7 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
       // (the device may still be busy with earlier work and not wait at all):
       // prefetch further ahead next time.
       const pinned_while restoring(t);
-      if (t.state == tensor_state::on_host) {
+      if (t.state() == tensor_state::on_host) {
         remove_settling(t);
         engine_.start_prefetch(t);  // may re-enter reclaim(); Note [Runtime locking]
         in_flight_.push_back(&t);
@@ -139,7 +139,7 @@ void memory_runtime::ensure_resident_locked(managed_tensor& t, stream_id compute
       recompute_unlocked(t, lock);
       // Note [Reruns run beside other threads]: the lock was released and
       // taken again; what follows reads the runtime as it is now.
-      t.state = tensor_state::resident;
+      t.move_to(tensor_state::resident);
       lineage_.restored(t.id);
       ++stats_.recomputes;
       stats_.recomputed_bytes += t.bytes;

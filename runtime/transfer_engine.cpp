@@ -50,7 +50,7 @@ bool transfer_engine::start_offload(managed_tensor& t) {
   t.has_copy_event = true;
   dev_.record_event(t.copy_event, offload_);
   t.host = host;
-  t.state = tensor_state::offloading;
+  t.move_to(tensor_state::offloading);
   ++stats_.offloads;
   notify(runtime_event_kind::offload_begin, t, offload_);
   return true;
@@ -62,7 +62,7 @@ bool transfer_engine::try_complete_offload(managed_tensor& t) {
   t.binding->release_device();
   events_.give(t.copy_event);
   t.has_copy_event = false;
-  t.state = tensor_state::on_host;
+  t.move_to(tensor_state::on_host);
   stats_.offloaded_bytes += t.bytes;
   return true;
 }
@@ -111,7 +111,7 @@ void transfer_engine::release_offloading(managed_tensor& t) {
   notify(runtime_event_kind::offload_end, t, offload_);  // before release: the block's address
   release_behind(t, offload_);
   t.binding->release_device();
-  t.state = tensor_state::on_host;
+  t.move_to(tensor_state::on_host);
   stats_.offloaded_bytes += t.bytes;
   settle(t);
 }
@@ -133,7 +133,7 @@ void transfer_engine::defer_host_free(managed_tensor& t) {
 void transfer_engine::cancel_offload(managed_tensor& t) {
   notify(runtime_event_kind::offload_end, t, offload_, 1);
   defer_host_free(t);
-  t.state = tensor_state::resident;
+  t.move_to(tensor_state::resident);
   ++stats_.cancelled_offloads;
 }
 
@@ -153,7 +153,7 @@ void transfer_engine::start_prefetch(managed_tensor& t) {
   t.copy_event = events_.take();
   t.has_copy_event = true;
   dev_.record_event(t.copy_event, prefetch_);
-  t.state = tensor_state::prefetching;
+  t.move_to(tensor_state::prefetching);
   ++stats_.prefetches;
   stats_.prefetched_bytes += t.bytes;
   notify(runtime_event_kind::prefetch_begin, t, prefetch_);
@@ -177,7 +177,7 @@ void transfer_engine::finish_prefetch(managed_tensor& t, stream_id compute, std:
     d.stall.address = reinterpret_cast<std::uintptr_t>(t.binding->device_ptr());
     d.stall.stream = compute;
   }
-  t.state = tensor_state::resident;
+  t.move_to(tensor_state::resident);
   notify(runtime_event_kind::prefetch_end, t, prefetch_);
 }
 
@@ -185,7 +185,7 @@ void transfer_engine::cancel_prefetch(managed_tensor& t) {
   notify(runtime_event_kind::prefetch_end, t, prefetch_, 1);
   release_behind(t, prefetch_);
   t.binding->release_device();
-  t.state = tensor_state::on_host;
+  t.move_to(tensor_state::on_host);
   ++stats_.cancelled_prefetches;
   settle(t);  // the host block stays; the copy may still read it
 }
@@ -193,8 +193,8 @@ void transfer_engine::cancel_prefetch(managed_tensor& t) {
 void transfer_engine::discard(managed_tensor& t) noexcept {
   // An untracked tensor's copy ends here: close its slice (Note [Runtime events]).
   try {
-    if (t.state == tensor_state::offloading || t.state == tensor_state::prefetching) {
-      const bool out = t.state == tensor_state::offloading;
+    if (t.state() == tensor_state::offloading || t.state() == tensor_state::prefetching) {
+      const bool out = t.state() == tensor_state::offloading;
       notify(out ? runtime_event_kind::offload_end : runtime_event_kind::prefetch_end, t,
              out ? offload_ : prefetch_, 1);
       // The binding frees the device storage after this: behind the copy.
