@@ -205,8 +205,8 @@ class caching_allocator final : public runtime_allocator {
   void set_reclaimer(reclaimer* r) override;
 
   /// Makes the allocator record its events into `t` (Note [Allocator
-  /// trace]; nullptr: stop). Not owned; detach it before destroying it. Once
-  /// this returns, no record is on its way into the previous trace.
+  /// log]; nullptr: stop). Not owned; detach it before destroying it. Once
+  /// this returns, no record is on its way into the previous log.
   void set_log(allocator_log* t);
 
   /// Tells `l` about every segment taken from or returned to the device from
@@ -307,7 +307,7 @@ class caching_allocator final : public runtime_allocator {
   [[noreturn]] void throw_oom(std::size_t bytes, stream_id stream, std::size_t reclaimed,
                               bool larger_than_device);
   detail::block_pool& pool_of(pool_kind p) { return p == pool_kind::small ? small_blocks_ : large_blocks_; }
-  /// Records an event when a trace is attached (Note [Allocator log]):
+  /// Records an event when a log is attached (Note [Allocator log]):
   /// inline, since it runs inside every allocate and free.
   void notify(allocator_event_kind kind, const detail::block* b, std::size_t bytes, std::size_t detail = 0,
               stream_id stream = default_stream) noexcept {

@@ -29,7 +29,7 @@ std::string format_oom_message(const oom_figures& f) {
     msg += fmt::format(" Reclaim freed {}", format_bytes(f.reclaimed));
     msg += !f.reclaimer_account.empty() ? fmt::format(" ({}).", f.reclaimer_account) : ".";
   }
-  // Note [Why a reclaim fell short] in runtime/runtime.cpp: the allocator's part.
+  // Note [Why a reclaim fell short] in runtime/reclaim_account.hpp: the allocator's part.
   const bool fragmented = cached >= f.requested && f.largest_free_block < f.requested;
   if (fragmented) {
     msg += fmt::format(" The free memory is fragmented: {} is cached but free, but the largest free block ({}) is "
