@@ -90,10 +90,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "allocator/caching_allocator.hpp"  // for the glue that reaches it through this header
-#include "allocator/runtime_allocator.hpp"
 #include "allocator/pinned_host_pool.hpp"
 #include "allocator/reclaimer.hpp"
+#include "allocator/runtime_allocator.hpp"
 #include "core/clock.hpp"
 #include "runtime/access_recorder.hpp"
 #include "runtime/candidate_set.hpp"

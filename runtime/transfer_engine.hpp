@@ -74,8 +74,8 @@
 #include <optional>
 #include <vector>
 
-#include "allocator/runtime_allocator.hpp"
 #include "allocator/pinned_host_pool.hpp"
+#include "allocator/runtime_allocator.hpp"
 #include "device/device.hpp"
 #include "device/event_pool.hpp"
 #include "runtime/managed_tensor.hpp"
