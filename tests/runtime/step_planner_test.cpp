@@ -85,6 +85,34 @@ TEST(StepPlanner, DropsWhatCannotHideAndIsCheapToRecompute) {
   for (const planned_eviction& e : p.evictions) EXPECT_LT(e.leave_at, e.back_at);
 }
 
+// Issue 32, item 2: the choice between swap and recompute follows the copy
+// bandwidth. A GPU-sized step: 24 activations of 32 MiB, forward 0.5 ms and
+// backward 1 ms a layer, each recomputed in 0.5 ms, at half its peak. At
+// 50 GB/s a 32 MiB copy takes 0.7 ms and hides under the compute between two
+// uses; at 8 GB/s it takes 4.2 ms, and recomputing costs less. Between, the
+// plan's added time never grows as the bandwidth does, and the step fits.
+TEST(StepPlanner, TheChoiceBetweenSwapAndRecomputeFollowsTheBandwidth) {
+  const step_record r = chain_step(24, 32 * MB, 500'000, 1'000'000, 500'000);
+  const auto plan_at = [&](double gb_per_s) {
+    step_planner_inputs in = inputs(12 * 32 * MB, gb_per_s * 1e9);
+    in.bandwidth.latency_ns = 10'000;
+    return make_step_plan(r, in);
+  };
+  const step_plan fast = plan_at(50);
+  const step_plan slow = plan_at(8);
+  EXPECT_GT(count(fast, eviction_action::swap), count(fast, eviction_action::drop));
+  EXPECT_GT(count(slow, eviction_action::drop), count(slow, eviction_action::swap));
+  std::int64_t previous = INT64_MAX;
+  for (const double gb_per_s : {8.0, 12.0, 25.0, 50.0}) {
+    SCOPED_TRACE(::testing::Message() << gb_per_s << " GB/s");
+    const step_plan p = plan_at(gb_per_s);
+    EXPECT_TRUE(p.fits);
+    EXPECT_LE(p.planned_peak_bytes, 12 * 32 * MB);
+    EXPECT_LE(p.added_time_ns, previous);
+    previous = p.added_time_ns;
+  }
+}
+
 TEST(StepPlanner, SaysWhenTheStepCannotFit) {
   const step_record r = chain_step(4, MB, 1'000'000, 2'000'000, 0);  // swap only, copies too slow
   step_planner_inputs in = inputs(MB / 2, 1e6);
