@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 
 #include "config/text.hpp"
+#include "core/errors.hpp"
+#include "core/format_bytes.hpp"
 
 namespace tp {
 namespace {
@@ -155,6 +157,18 @@ std::string_view describe(bytes_error e) noexcept {
   }
   return "unknown error";
 }
+
+std::size_t parse_size_or_throw(std::string_view text) {
+  const bytes_parse_result r = parse_bytes(text);
+  if (r.error == bytes_error::none) return r.bytes;
+  const std::string shown =
+      text.size() <= 80 ? std::string(text) : fmt::format("{}... ({} characters)", text.substr(0, 80), text.size());
+  const std::string problem =
+      r.error == bytes_error::unknown_unit ? fmt::format("unknown unit '{}'", r.unit) : std::string(describe(r.error));
+  throw config_error(fmt::format("'{}' is not a size: {}. Accepted: {}", shown, problem, accepted_size_forms));
+}
+
+std::string format_bytes_text(std::size_t bytes) { return format_bytes(bytes); }
 
 std::string format_size_exact(std::size_t bytes) {
   if (bytes == 0) return "0B";

@@ -78,6 +78,15 @@ inline constexpr std::string_view accepted_size_forms =
     "1000); KiB, MiB, GiB, TiB (powers of 1024); units are case-insensitive, e.g. 12GiB, "
     "512MB, 1.5GB, 100KB";
 
+/// parse_bytes(text).bytes; throws tp::config_error quoting the text (cut at
+/// 80 characters), saying what is wrong and listing accepted_size_forms.
+std::size_t parse_size_or_throw(std::string_view text);
+
+/// core/format_bytes.hpp's "1.50 GiB", compiled here, for torch-facing code,
+/// which must not instantiate fmt itself (Note [fmt in torch-facing code] in
+/// hooks/CMakeLists.txt).
+std::string format_bytes_text(std::size_t bytes);
+
 /// Formats bytes exactly, in a form parse_bytes reads back to the same value:
 /// with the largest unit, binary or decimal, that divides it exactly ("12GiB",
 /// "512MB", "1536B"). Zero is "0B".

@@ -34,7 +34,6 @@
 #include <pybind11/stl.h>
 
 #include "core/errors.hpp"
-#include "core/format_bytes.hpp"
 #include "config/parse_bytes.hpp"
 #include "config/memory_budget.hpp"
 #include "config/config.hpp"
@@ -142,18 +141,6 @@ py::object parse_budget_tuple(const std::string& text) {
   return py::make_tuple(ratio.of == tp::budget_share::peak ? "peak" : "device", ratio.value);
 }
 
-/// A size by Note [Size grammar], in bytes; ValueError quoting the text (cut
-/// at 80 characters), saying what is wrong and listing the accepted forms.
-std::size_t parse_size_or_raise(const std::string& text) {
-  const tp::bytes_parse_result r = tp::parse_bytes(text);
-  if (r.error == tp::bytes_error::none) return r.bytes;
-  const std::string shown =
-      text.size() <= 80 ? text : fmt::format("{}... ({} characters)", text.substr(0, 80), text.size());
-  const std::string problem = r.error == tp::bytes_error::unknown_unit ? fmt::format("unknown unit '{}'", r.unit)
-                                                                       : std::string(tp::describe(r.error));
-  throw tp::config_error(fmt::format("'{}' is not a size: {}. Accepted: {}", shown, problem, tp::accepted_size_forms));
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -196,10 +183,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("parse_budget", &parse_budget_tuple, py::arg("text"),
         "A budget as written (Note [Budget spellings]): None, ('bytes', n), ('peak', ratio) or ('device', ratio); "
         "ValueError naming the text otherwise.");
-  m.def("parse_size", &parse_size_or_raise, py::arg("text"),
+  m.def("parse_size", &tp::parse_size_or_throw, py::arg("text"),
         "A size as written (Note [Size grammar]: 12GiB, 512MB, 4096) in bytes; ValueError naming the text, the "
         "problem and the accepted forms otherwise.");
-  m.def("format_bytes", &tp::format_bytes, py::arg("bytes"), "Bytes for people, in binary units: '1.50 GiB'.");
+  m.def("format_bytes", &tp::format_bytes_text, py::arg("bytes"), "Bytes for people, in binary units: '1.50 GiB'.");
   m.attr("ACCEPTED_SIZE_FORMS") = std::string(tp::accepted_size_forms);
   m.attr("ACCEPTED_BUDGET_FORMS") = std::string(tp::accepted_budget_forms);
   tp::hooks::register_optim(m);  // AdamA and the activation codec (optim_bindings.hpp)

@@ -36,6 +36,8 @@ OUTSIDE: dict[str, set[str]] = {
 TORCH = re.compile(r'#\s*include\s*[<"](torch|ATen|c10|pybind11)/')
 CUDA = re.compile(r'#\s*include\s*[<"](cuda|cuda_runtime|cuda_runtime_api|cudaTypedefs|driver_types)\.h[>"]')
 PROJECT = re.compile(r'#\s*include\s*"([a-z_]+(?:/cuda)?)/')
+FMT = re.compile(r'#\s*include\s*[<"](fmt/[^>"]+)')
+INCLUDE = re.compile(r'#\s*include\s*"([^"]+)"')
 SOURCES = (".hpp", ".cpp", ".h", ".cu")
 
 
@@ -69,6 +71,33 @@ def check(root: Path) -> list[str]:
             m = PROJECT.search(line)
             if m and include_layer(m.group(1)) not in allowed and m.group(1) in (*ALLOWED, *OUTSIDE):
                 problems.append(f"{where}\n    layer {layer} may include only {', '.join(sorted(allowed))}")
+    return problems + torch_facing_fmt(root)
+
+
+def fmt_chain(root: Path, header: str, seen: set[str]) -> list[str] | None:
+    """How `header` (a path from the root) reaches an fmt header, or None."""
+    path = root / header
+    if header in seen or not path.is_file():
+        return None
+    seen.add(header)
+    text = path.read_text(errors="replace")
+    if m := FMT.search(text):
+        return [header, m.group(1)]
+    for target in INCLUDE.findall(text):
+        if chain := fmt_chain(root, target, seen):
+            return [header, *chain]
+    return None
+
+
+def torch_facing_fmt(root: Path) -> list[str]:
+    problems = []
+    for path in sorted((root / "hooks").rglob("*")):
+        if path.suffix not in SOURCES or not TORCH.search(path.read_text(errors="replace")):
+            continue
+        rel = str(path.relative_to(root))
+        if chain := fmt_chain(root, rel, set()):
+            problems.append(f"{rel}: includes torch and reaches fmt: {' -> '.join(chain)}\n"
+                            "    Note [fmt in torch-facing code] in hooks/CMakeLists.txt: format below hooks/")
     return problems
 
 
@@ -77,8 +106,8 @@ def main() -> int:
     problems = check(root)
     for p in problems:
         print(p)
-    print(f"check_layers: {len(problems)} include(s) point to a higher layer" if problems
-          else "check_layers: every include points down")
+    print(f"check_layers: {len(problems)} problem(s): an include points up, or torch-facing code reaches fmt"
+          if problems else "check_layers: every include points down; no torch-facing code reaches fmt")
     return 1 if problems else 0
 
 
