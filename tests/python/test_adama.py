@@ -3,6 +3,10 @@ M > 1, gradients freed as they are produced (and the memory that saves on the
 CPU adapter), convergence, checkpoints, and the lazy import.
 
 The rule is Note [AdamA update rule] in hooks/optim/adama_kernels.hpp.
+
+Why a subprocess: the memory figures run in a fresh interpreter each (a peak is only a peak from an
+allocator nothing else has used), and so does the lazy-import check (an interpreter that has not
+imported torch); the rest run in process.
 """
 
 from __future__ import annotations

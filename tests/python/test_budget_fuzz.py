@@ -3,7 +3,11 @@ normalisation, dropout, residual blocks), random budgets and policies, with
 and without a capped host pool (forcing recompute), each compared bit for bit
 with the unmanaged run; a budget too small for a step may end in
 out-of-memory (at most 2 of 6 cases). The seed is printed; TP_FUZZ_SEED
-repeats a run."""
+repeats a run.
+
+Why a subprocess: each case runs in a fresh interpreter: it installs the allocator, which replaces
+the process-wide one and cannot be undone, and a hang fails through the subprocess's timeout.
+"""
 
 from __future__ import annotations
 

@@ -3,7 +3,11 @@ trains inside a budget that forces drops (a tiny host pool), thread B trains
 the same model outside any budget, at the same time. Before the fix this
 deadlocked (the runtime ran Python's recompute holding its own lock), or B's
 forwards landed in A's segment bookkeeping. A budget covers the thread that
-entered it (Note [What a budget covers] in python/tensorpager/_runtime.py)."""
+entered it (Note [What a budget covers] in python/tensorpager/_runtime.py).
+
+Why a subprocess: it runs in a fresh interpreter: a deadlock, the bug it guards against, then fails
+through the subprocess's timeout instead of hanging the suite.
+"""
 
 from __future__ import annotations
 

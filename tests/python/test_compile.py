@@ -7,6 +7,9 @@ out-of-memory error, never wrong values. Both ways of compiling a module are
 covered: ``torch.compile(model)`` and ``block.compile()`` in place. The
 backend is ``aot_eager``: AOTAutograd saves the tensors for backward exactly
 as with inductor, without compiling C++ (CI time).
+
+Why a subprocess: each mode runs in a fresh interpreter: dynamo's caches and the installed allocator
+are process-wide, and one compiled mode must not see another's graphs.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ CNN on smooth 32x32 images, 5 seeds; "all" is over every parameter at once,
     bf16     0.0005   0.0025    0.002 / 0.01
     fp8      0.0087   0.046     0.03  / 0.10
     pool2    0.026    0.093     0.06  / 0.20   (conv inputs only)
+
+Why a subprocess: the memory figures and the compress key run in fresh interpreters (an allocator
+nothing else has used; a key read at install or at start-up); the error and selection figures run in
+process.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""A small model trains identically with and without tensorpager on the CPU adapter."""
+"""A small model trains identically with and without tensorpager on the CPU adapter.
+
+Why a subprocess: both runs are fresh interpreters: the managed one is set up by the start-up hook,
+which acts only at interpreter start.
+"""
 
 from __future__ import annotations
 

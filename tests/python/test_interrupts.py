@@ -16,6 +16,9 @@ everything, and it must equal what plain PyTorch holds at the same point.
   KeyboardInterrupt wherever the main thread runs Python next (a hook in
   backward, mostly); the handler saves, nothing stays lent, and training
   goes on under the budget without an error.
+
+Why a subprocess: each scenario runs in a fresh interpreter: it installs the allocator process-wide,
+and a signal or a hang must not reach the test runner.
 """
 
 from __future__ import annotations

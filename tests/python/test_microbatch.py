@@ -4,6 +4,9 @@ peak memory falls with n on the CPU adapter.
 
 Rules: Note [Micro-batch loss scaling] and Note [BatchNorm under
 micro-batching] in hooks/optim/microbatch.hpp.
+
+Why a subprocess: the memory figure runs in a fresh interpreter (a peak from an allocator nothing
+else has used); the gradient rules run in process.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Skipped unless tensorpager is pip-installed in this interpreter's environment
 (``pip install --no-build-isolation .``).
+
+Why a subprocess: each test is a fresh ``python -c``: the .pth line acts only at interpreter start.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ step per iteration, or be refused at the boundary that resolves the ratio
 [Where an iteration ends] in _steps.py). Before: the ratio was a share
 of the first backward's peak, every micro-batch, closure call and checkpoint
 recompute was a step, and the momentum recipe died at its second step.
+
+Why a subprocess: each recipe runs in a fresh interpreter: the variable is read, and the budget
+entered, at interpreter start.
 """
 
 from __future__ import annotations

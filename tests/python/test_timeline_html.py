@@ -4,6 +4,10 @@ and it renders in headless Chromium to a picture that is not blank.
 Chromium comes from Debian's ``chromium`` package, which
 ``scripts/install_deps.sh`` installs where it is missing and the network
 allows; where it is absent the rendering test skips and says so.
+
+Why a subprocess: the recording (test_timeline.py's fixture) comes from a fresh interpreter, as the
+allocator it records is installed process-wide, and Chromium renders the page in a process of its
+own; the page's checks run in process.
 """
 
 from __future__ import annotations

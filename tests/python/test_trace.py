@@ -1,5 +1,9 @@
 """tp.record_trace and the record_trace key (python/tensorpager/trace.py), and the
-simulator replaying what they record (python/tensorpager/sim.py)."""
+simulator replaying what they record (python/tensorpager/sim.py).
+
+Why a subprocess: the recordings run in fresh interpreters: they install the allocator process-wide,
+and the record_trace key acts from interpreter start to exit.
+"""
 
 from __future__ import annotations
 

@@ -9,6 +9,9 @@ one line on stderr at exit (Note [Managed process] in _managed.py).
 What a managed process does with the rest of the program (tp.budget inside
 it, the user's hooks, a second training thread, the exit line, out of memory,
 DataLoader workers): test_managed_process.py.
+
+Why a subprocess: every run is a fresh interpreter: the variable is read, and the process-wide
+budget entered, at interpreter start.
 """
 
 from __future__ import annotations
