@@ -33,8 +33,11 @@
 // time forward and on a steady_clock sleeps. The device mutex is not held
 // while blocking. A thread that blocks on a stream it holds itself deadlocks.
 // deallocate, deallocate_host and unmap block the same way until no pending
-// copy touches the memory: cudaFree waits for the device, and cuda_device's
-// unmap synchronizes it, so callers may free memory their queued copies use.
+// copy touches the memory. For deallocate that is cuda_device's contract too
+// (it synchronizes, as cudaFree does); cuda_device's unmap does not wait: its
+// caller waits for the streams that used the range (Note [Free waits for the
+// device] in device/cuda/cuda_device.cpp). So an unmap of a range with copies
+// still queued is correct here and a fault on a GPU.
 // Ids are small integers that are never reused, so stale handles are caught.
 
 #include <condition_variable>
