@@ -196,7 +196,12 @@ bool simulated_device::try_map(void* ptr, std::size_t bytes) {
 void simulated_device::unmap(void* ptr, std::size_t bytes) noexcept {
   const std::size_t g = opts_.granularity;
   std::unique_lock lock(mu_);
-  wait_unused(lock, ptr, bytes);
+  retire_ready();
+  if (copy_using(ptr, bytes)) {
+    fail_fast(fmt::format("simulated_device: unmap({}, {}) while a queued copy still uses the range; "
+                          "cuda_device's unmap does not wait for it, so on a GPU this is a fault (Note "
+                          "[Free waits for the device] in device/cuda/cuda_device.cpp)", hex(ptr), bytes));
+  }
   const std::optional<granule_span> span = granules_of(ptr, bytes);
   TP_CHECK(span && bytes != 0 && bytes % g == 0 && address(ptr) % g == 0,
            "unmap({}, {}): not a granule-aligned range inside one reservation", hex(ptr), bytes);

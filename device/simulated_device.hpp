@@ -32,12 +32,12 @@
 // call clock.wait_until(that op's finish time), which on a manual_clock jumps
 // time forward and on a steady_clock sleeps. The device mutex is not held
 // while blocking. A thread that blocks on a stream it holds itself deadlocks.
-// deallocate, deallocate_host and unmap block the same way until no pending
-// copy touches the memory. For deallocate that is cuda_device's contract too
-// (it synchronizes, as cudaFree does); cuda_device's unmap does not wait: its
-// caller waits for the streams that used the range (Note [Free waits for the
-// device] in device/cuda/cuda_device.cpp). So an unmap of a range with copies
-// still queued is correct here and a fault on a GPU.
+// deallocate and deallocate_host block the same way until no pending copy
+// touches the memory, as cuda_device's deallocate does (it synchronizes, as
+// cudaFree does). cuda_device's unmap does not wait: its caller waits for the
+// streams that used the range (Note [Free waits for the device] in
+// device/cuda/cuda_device.cpp). So an unmap that would have to wait for a
+// copy ends the process here, as the fault it would be on a GPU.
 // Ids are small integers that are never reused, so stale handles are caught.
 
 #include <condition_variable>
@@ -187,7 +187,8 @@ class simulated_device final : public device {
   void enqueue_work(stream_id stream, std::int64_t duration_ns);
   /// Host synchronisations so far: calls to synchronize and
   /// synchronize_event (each one, whether or not it had to wait), and frees
-  /// or unmaps that had to wait for a pending copy. On CUDA every one of
+  /// that had to wait for a pending copy (an unmap that would ends the
+  /// process: see the top of this file). On CUDA every one of
   /// them stops the host from queueing work ahead, so a steady state that
   /// needs none is a property worth testing.
   std::uint64_t host_syncs() const;
@@ -254,6 +255,8 @@ class simulated_device final : public device {
   // False when copy_async must reject the range; see its comment.
   bool copyable_range(const void* p, std::size_t bytes);
   // Blocks until no pending copy reads or writes [p, p + bytes).
+  // The stream of a queued copy that reads or writes [p, p + bytes), if any.
+  std::optional<std::uintptr_t> copy_using(const void* p, std::size_t bytes) const;
   void wait_unused(std::unique_lock<std::mutex>& lock, const void* p, std::size_t bytes);
 
   const options opts_;

@@ -26,19 +26,22 @@ bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_b
 
 }  // namespace
 
+std::optional<std::uintptr_t> simulated_device::copy_using(const void* p, std::size_t bytes) const {
+  for (const auto& [id, s] : streams_)
+    for (const op& o : s.ops)
+      if (o.what == op::kind::copy && (overlaps(p, bytes, o.dst, o.bytes) || overlaps(p, bytes, o.src, o.bytes)))
+        return id;
+  return std::nullopt;
+}
+
 void simulated_device::wait_unused(std::unique_lock<std::mutex>& lock, const void* p,
                                    std::size_t bytes) {
   bool waited = false;
   block_until(lock, [&]() -> std::optional<std::uintptr_t> {
-    for (const auto& [id, s] : streams_)
-      for (const op& o : s.ops)
-        if (o.what == op::kind::copy &&
-            (overlaps(p, bytes, o.dst, o.bytes) || overlaps(p, bytes, o.src, o.bytes))) {
-          if (!waited) ++host_syncs_;  // a free that waits is a host synchronisation
-          waited = true;
-          return id;
-        }
-    return std::nullopt;
+    const std::optional<std::uintptr_t> stream = copy_using(p, bytes);
+    if (stream && !waited) ++host_syncs_;  // a free that waits is a host synchronisation
+    waited = waited || stream.has_value();
+    return stream;
   });
 }
 
