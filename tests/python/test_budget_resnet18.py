@@ -139,13 +139,27 @@ def test_resnet18_needs_its_parameters_and_gradients_lent(runs: list[dict]) -> N
 FORCED_DROPS = 0.85
 
 
-@requires_ext
-def test_resnet18_with_forced_drops_is_bit_identical() -> None:
-    runs = _run(["host=1B", "batch=16", "size=128"] + [f"{FORCED_DROPS}:{p}" for p in POLICIES])
-    assert [r["policy"] for r in runs[1:]] == list(POLICIES), runs
+def _forced_drops(policies: list[str]) -> list[dict]:
+    runs = _run(["host=1B", "batch=16", "size=128"] + [f"{FORCED_DROPS}:{p}" for p in policies])
+    assert [r["policy"] for r in runs[1:]] == policies, runs
     for r in runs[1:]:
         assert "message" not in r, r.get("message")
         assert r["losses_identical"] and r["weights_identical"] and r["batchnorm_identical"], r["policy"]
         assert r["peak_after_first"] <= r["budget"], r["policy"]
+        assert r["runtime"]["offloads"] == 0, (r["policy"], r["runtime"])
+    return runs[1:]
+
+
+@requires_ext
+def test_resnet18_with_forced_drops_is_bit_identical() -> None:
+    # The ratio is a share of a measured peak, which varies with the CPU
+    # adapter's timing: once in about ten CI runs a policy (capuchin) was
+    # never pressed at 0.85 (no eviction at all). Pressure is the test's
+    # precondition, not its claim, so such a policy runs once more; one that
+    # was pressed must have dropped and recomputed, and never swapped.
+    runs = _forced_drops(list(POLICIES))
+    unpressed = [r["policy"] for r in runs if r["runtime"]["evictions"] == 0]
+    runs = [r for r in runs if r["policy"] not in unpressed] + (_forced_drops(unpressed) if unpressed else [])
+    for r in runs:
         rt = r["runtime"]
-        assert rt["drops"] > 0 and rt["recomputes"] > 0 and rt["offloads"] == 0, (r["policy"], rt)
+        assert rt["drops"] > 0 and rt["recomputes"] > 0, (r["policy"], rt)
