@@ -92,6 +92,15 @@ struct config {
 /// large-block threshold, 20 MiB).
 inline constexpr std::size_t min_max_split_size = std::size_t{20} << 20;
 
+/// Whether a budget block lends the runtime the parameters, gradients and
+/// optimizer state a backward no longer needs: tp.budget(lend=True), the
+/// default of python/tensorpager/_runtime.py (Note [Lending parameters and
+/// gradients] in _lend.py). manage:all lends as it does; manage:activations
+/// lends nothing. No key carries it; the simulator's default reads it
+/// (Note [The simulator's defaults] in sim/simulator.hpp), and
+/// tests/sim/defaults_test.cpp fails if the Python default says otherwise.
+inline constexpr bool budget_lends_by_default = true;
+
 /// One row of the key table: the single source for parsing, error messages
 /// and the README. All views point at static storage.
 struct config_key_info {

@@ -29,7 +29,7 @@ struct cli_args {
   std::vector<double> reference;        ///< --reference: figures beside the sweep's
   std::optional<double> ratio;
   std::optional<std::size_t> budget_bytes;
-  policy_kind policy = default_policy;
+  policy_kind policy = sim_options{}.policy;
   bool sweep = false;
   bool ratio_of_plain = false;  // --ratio-base plain
   std::string plot;
@@ -174,22 +174,30 @@ std::string describe_least_budget(const trace& t, bool lend) {
 }  // namespace
 
 std::string cli_usage() {
-  return "usage: tp-sim TRACE [--budget RATIO|SIZE] [--policy lru|dtr|capuchin|hybrid]\n"
-         "              [--sweep] [--plot OUT.svg] [--title TEXT] [--bandwidth GBPS]\n"
-         "              [--latency-us US] [--compute-scale X] [--repeat N]\n"
-         "              [--no-proactive-offload] [--no-prefetch-ahead] [--sample K] [--max-split-mb MB]\n"
-         "              [--ratio-of SIZE] [--ratios R,R,...] [--reference X,X,...]\n"
-         "              [--expandable-segments True|False] [--ratio-base same|plain] [--lend True|False]\n"
-         "TRACE: a tensorpager trace (docs/trace_format.md) or a DTR log.\n"
-         "--budget: a ratio of the unconstrained peak reserved bytes (0.5 or 0.5peak) or a size (12GiB);\n"
-         "  none: only the unconstrained replay. --sweep: ratios 1.0..0.1 for every policy.\n"
-         "Copies: --bandwidth 50 (GB/s) and --latency-us 5 by default (PCIe 5.0 x16, pinned).\n"
-         "--ratio-of: ratios are of this many bytes (another simulator's baseline peak);\n"
-         "  --reference: that simulator's slowdowns at --ratios, printed beside tensorpager's.\n"
-         "--expandable-segments: the allocator's segments (default False). --ratio-base plain:\n"
-         "  ratios are of the unconstrained peak with plain segments (to compare the two).\n"
-         "--lend: lend the runtime what each backward no longer needs, as tp.budget() does\n"
-         "  (default False, as manage:activations).\n";
+  // The defaults are printed from sim_options{} (Note [The simulator's defaults]).
+  const sim_options d;
+  auto word = [](bool b) { return b ? "True" : "False"; };
+  return fmt::format(
+      "usage: tp-sim TRACE [--budget RATIO|SIZE] [--policy lru|dtr|capuchin|hybrid]\n"
+      "              [--sweep] [--plot OUT.svg] [--title TEXT] [--bandwidth GBPS]\n"
+      "              [--latency-us US] [--compute-scale X] [--repeat N]\n"
+      "              [--no-proactive-offload] [--no-prefetch-ahead] [--sample K] [--max-split-mb MB]\n"
+      "              [--ratio-of SIZE] [--ratios R,R,...] [--reference X,X,...]\n"
+      "              [--expandable-segments True|False] [--ratio-base same|plain] [--lend True|False]\n"
+      "TRACE: a tensorpager trace (docs/trace_format.md) or a DTR log.\n"
+      "--budget: a ratio of the unconstrained peak reserved bytes (0.5 or 0.5peak) or a size (12GiB);\n"
+      "  none: only the unconstrained replay. --sweep: ratios 1.0..0.1 for every policy.\n"
+      "--policy: default {}, the runtime's.\n"
+      "Copies: --bandwidth {:g} (GB/s) and --latency-us {:g} by default (PCIe 5.0 x16, pinned).\n"
+      "--ratio-of: ratios are of this many bytes (another simulator's baseline peak);\n"
+      "  --reference: that simulator's slowdowns at --ratios, printed beside tensorpager's.\n"
+      "--expandable-segments: the allocator's segments (default {}, the runtime's expandable_segments).\n"
+      "  --ratio-base plain: ratios are of the unconstrained peak with plain segments (to compare the two).\n"
+      "--lend: lend the runtime what each backward no longer needs (default {}, as tp.budget() and\n"
+      "  manage:all; False as manage:activations). DTR's simulator ran on plain segments with nothing\n"
+      "  lent: compare with it under --expandable-segments False --lend False (docs/simulator.md).\n",
+      to_string(d.policy), d.bandwidth_bytes_per_s / 1e9, static_cast<double>(d.latency_ns) / 1e3,
+      word(d.expandable_segments), word(d.lend));
 }
 
 int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {

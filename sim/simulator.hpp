@@ -43,14 +43,33 @@
 // 2) on one runtime and the last replay is measured; peaks cover every
 // replay. Storages still live at the end of a replay (the step's outputs)
 // are freed before the next, in id order.
+//
+// Note [The simulator's defaults]
+// sim_options{} is the live runtime's default setup, read from where the
+// runtime reads it, never restated: the allocator's settings (segments,
+// max_split_size) and the policy from tp::config{} (what an empty
+// PYTORCH_CUDA_ALLOC_CONF gives the adapters: expandable segments, Note
+// [Expandable segments by default] in config/config.cpp), the runtime's
+// switches from memory_runtime_options{}, and lending as tp.budget() lends
+// (budget_lends_by_default in config/config.hpp; manage:activations lends
+// nothing: --lend False). tests/sim/defaults_test.cpp fails if they drift.
+// The comparisons with DTR's simulator, which has no allocator and lends
+// nothing, are measured with --expandable-segments False --lend False;
+// docs/simulator.md says which published figure was measured how. One
+// difference is the glue's, not a setting: the simulator recomputes per
+// operator (each dropped storage re-runs its producer, Note [Recomputable
+// storages] in recompute_plan.hpp), the live runtime per module segment;
+// docs/simulator.md, "Simulator and runtime", measures what that changes.
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 
+#include "config/config.hpp"
 #include "sim/trace.hpp"
 #include "runtime/eviction_policy.hpp"
+#include "runtime/runtime.hpp"
 
 namespace tp::sim {
 
@@ -59,33 +78,31 @@ namespace tp::sim {
 inline constexpr double pcie5_x16_bytes_per_s = 50e9;
 inline constexpr std::int64_t pcie5_latency_ns = 5'000;
 
+// Every default below: Note [The simulator's defaults].
 struct sim_options {
   std::optional<std::size_t> budget_bytes;  ///< none: unconstrained
-  policy_kind policy = default_policy;
+  policy_kind policy = config{}.policy;
   double bandwidth_bytes_per_s = pcie5_x16_bytes_per_s;  ///< > 0
   std::int64_t latency_ns = pcie5_latency_ns;            ///< >= 0
   /// Multiplies every recorded time (e.g. CPU times to an estimated GPU's).
   double compute_scale = 1.0;
   std::size_t repeat = 2;  ///< Note [Repeated replay]; >= 1
-  /// memory_runtime_options of the same names (the runtime's defaults).
-  bool proactive_offload = true;
-  bool prefetch_ahead = true;
-  std::size_t sample_size = 32;  ///< memory_runtime_options::sample_size (k)
+  /// memory_runtime_options of the same names.
+  bool proactive_offload = memory_runtime_options{}.proactive_offload;
+  bool prefetch_ahead = memory_runtime_options{}.prefetch_ahead;
+  std::size_t sample_size = memory_runtime_options{}.sample_size;  ///< k
   /// caching_allocator_options::max_split_size (PyTorch's max_split_size_mb).
-  std::size_t max_split_size = SIZE_MAX;
-  /// The allocator's segments: plain by default, the setting the comparisons
-  /// with DTR's simulator (bench/results/sim_dtr.md) were measured with; the
-  /// live configuration's default is expandable (Note [Expandable segments
-  /// by default] in config/config.cpp). Known interplay, not yet resolved:
-  /// with expandable segments the dtr policy without proactive offload
-  /// thrashes on DTR's ResNet-32 log at 0.2 (measured: docs/decisions.md,
-  /// sim_options::expandable_segments).
-  bool expandable_segments = false;
-  /// Note [Lending in the simulator] (sim/lend_plan.hpp). Off by default, as
-  /// `manage:activations` lends nothing and as the comparisons with DTR's
-  /// simulator were measured; `tp.budget()` and `manage:all` lend.
-  bool lend = false;
-  std::uint64_t seed = 0x7470'7061'6765'72ULL;
+  std::size_t max_split_size = config{}.max_split_size.value_or(SIZE_MAX);
+  /// The allocator's segments: expandable, as the live default (plain for
+  /// the comparisons with DTR's simulator, bench/results/sim_dtr.md). Known
+  /// interplay, not yet resolved: with expandable segments the dtr policy
+  /// without proactive offload thrashes on DTR's ResNet-32 log at 0.2
+  /// (measured: docs/decisions.md, sim_options::expandable_segments).
+  bool expandable_segments = config{}.expandable_segments;
+  /// Note [Lending in the simulator] (sim/lend_plan.hpp): on, as tp.budget()
+  /// and manage:all lend; off as manage:activations.
+  bool lend = budget_lends_by_default;
+  std::uint64_t seed = memory_runtime_options{}.seed;
 };
 
 /// One run's figures (all simulated time on the manual clock, except
