@@ -126,6 +126,12 @@ cli_args parse(const std::vector<std::string>& args) {
           if (!(r > 0 && r <= 1)) throw config_error("tp-sim: --ratios must lie in (0, 1]");
         }
       }
+    } else if (arg == "--segment-depth") {
+      const double n = parse_number(arg, value(), "an integer >= 0");
+      if (!(n >= 0) || n != static_cast<double>(static_cast<std::size_t>(n))) {
+        throw config_error("tp-sim: --segment-depth must be an integer >= 0");
+      }
+      a.options.segment_depth = static_cast<std::size_t>(n);
     } else if (arg == "--no-proactive-offload") {
       a.options.proactive_offload = false;
     } else if (arg == "--no-prefetch-ahead") {
@@ -184,6 +190,7 @@ std::string cli_usage() {
       "              [--no-proactive-offload] [--no-prefetch-ahead] [--sample K] [--max-split-mb MB]\n"
       "              [--ratio-of SIZE] [--ratios R,R,...] [--reference X,X,...]\n"
       "              [--expandable-segments True|False] [--ratio-base same|plain] [--lend True|False]\n"
+      "              [--segment-depth N]\n"
       "TRACE: a tensorpager trace (docs/trace_format.md) or a DTR log.\n"
       "--budget: a ratio of the unconstrained peak reserved bytes (0.5 or 0.5peak) or a size (12GiB);\n"
       "  none: only the unconstrained replay. --sweep: ratios 1.0..0.1 for every policy.\n"
@@ -195,7 +202,9 @@ std::string cli_usage() {
       "  --ratio-base plain: ratios are of the unconstrained peak with plain segments (to compare the two).\n"
       "--lend: lend the runtime what each backward no longer needs (default {}, as tp.budget() and\n"
       "  manage:all; False as manage:activations). DTR's simulator ran on plain segments with nothing\n"
-      "  lent: compare with it under --expandable-segments False --lend False (docs/simulator.md).\n",
+      "  lent: compare with it under --expandable-segments False --lend False (docs/simulator.md).\n"
+      "--segment-depth N: a dropped storage costs its module segment's forward up to it, as the live\n"
+      "  runtime's recompute with segment_depth N (default 0: its operator alone; docs/simulator.md).\n",
       to_string(d.policy), d.bandwidth_bytes_per_s / 1e9, static_cast<double>(d.latency_ns) / 1e3,
       word(d.expandable_segments), word(d.lend));
 }
@@ -212,10 +221,13 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                        a.trace_path, t.source, t.storages.size(), t.ops.size(), t.steps(),
                        static_cast<double>(t.compute_ns()) / 1e6 * a.options.compute_scale,
                        a.options.compute_scale);
-    out << fmt::format("copies: {:.1f} GB/s, {} us latency; replays: {} (the last is measured); {} segments; {}\n",
+    out << fmt::format("copies: {:.1f} GB/s, {} us latency; replays: {} (the last is measured); {} segments; {}{}\n",
                        a.options.bandwidth_bytes_per_s / 1e9, static_cast<double>(a.options.latency_ns) / 1e3,
                        a.options.repeat, a.options.expandable_segments ? "expandable" : "plain",
-                       a.options.lend ? "lending" : "nothing lent");
+                       a.options.lend ? "lending" : "nothing lent",
+                       a.options.segment_depth == 0
+                           ? std::string()
+                           : fmt::format("; recompute per module segment at depth {}", a.options.segment_depth));
     out << describe_least_budget(t, a.options.lend) << "\n\n";
     std::optional<std::size_t> base = a.ratio_of;
     if (a.ratio_of_plain) {

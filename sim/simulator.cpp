@@ -19,6 +19,7 @@
 #include "sim/lend_plan.hpp"
 #include "sim/replay_parts.hpp"
 #include "sim/recompute_plan.hpp"
+#include "sim/segment_cost.hpp"
 #include "runtime/runtime.hpp"
 
 namespace tp::sim {
@@ -75,7 +76,7 @@ class sim_binding final : public storage_binding {
 class replay {
  public:
   replay(const trace& t, const sim_options& o)
-      : t_(t), o_(o), plan_(recompute_plan::build(t)),
+      : t_(t), o_(o), plan_(recompute_plan::build(t)), segment_prefix_(segment_prefix_ns(t, o.segment_depth)),
         lending_(o.lend ? lend_plan::build(t) : lend_plan{}),
         sim_dev_(device_options(o), clk_),
         dev_(sim_dev_, huge_bytes, huge_bytes),
@@ -166,7 +167,7 @@ class replay {
       pin_guard pins(*rt_);
       pin_inputs(op, index, depth, pins);
       p = allocate(t_.storages[index].bytes);
-      run_for(op.time_ns, recompute_ns_);
+      run_for(segment_prefix_[plan_.producer[index]] + op.time_ns, recompute_ns_);
     }
     for (std::size_t k = 0; k < writes_[index]; ++k) {
       const op_record& op = t_.ops[plan_.writers[index][k]];
@@ -227,7 +228,7 @@ class replay {
   // the writes a replay must repeat.
   std::int64_t recompute_cost(std::size_t i) const {
     if (!plan_.recomputable[i]) return 0;
-    std::int64_t cost = scaled(t_.ops[plan_.producer[i]].time_ns);
+    std::int64_t cost = scaled(segment_prefix_[plan_.producer[i]] + t_.ops[plan_.producer[i]].time_ns);
     for (std::size_t k = 0; k < writes_[i]; ++k) cost += scaled(t_.ops[plan_.writers[i][k]].time_ns);
     return std::max<std::int64_t>(cost, 1);
   }
@@ -343,6 +344,7 @@ class replay {
   const trace& t_;
   const sim_options o_;
   const recompute_plan plan_;
+  const std::vector<std::int64_t> segment_prefix_;  // Note [Segment recompute in the simulator]
   const lend_plan lending_;
   host_clock clk_;
   simulated_device sim_dev_;

@@ -102,6 +102,12 @@ struct sim_options {
   /// Note [Lending in the simulator] (sim/lend_plan.hpp): on, as tp.budget()
   /// and manage:all lend; off as manage:activations.
   bool lend = budget_lends_by_default;
+  /// 0: a dropped storage is re-created by replaying its operator (Note
+  /// [Recomputable storages]); N: at the cost of the module segment's forward
+  /// up to it, as the live runtime with segment_depth N (Note [Segment
+  /// recompute in the simulator] in sim/segment_cost.hpp). A glue difference,
+  /// not a default of the runtime's: DTR's logs carry no modules.
+  std::size_t segment_depth = 0;
   std::uint64_t seed = memory_runtime_options{}.seed;
 };
 
