@@ -21,7 +21,7 @@ std::string trace_path(const std::string& name) { return std::string(TP_SOURCE_D
 constexpr std::array<double, 8> ratios = {0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2};
 
 // DTR's simulator (DTREqClass, recompute only), ratios of its baseline's
-// peak of live bytes, from bench/traces/dtr/README.md.
+// peak of live bytes, from bench/traces/dtr/README.md ("Reference").
 struct reference_log {
   const char* file;
   std::size_t peak_bytes;
