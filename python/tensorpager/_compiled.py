@@ -1,24 +1,45 @@
 """What the budget's hooks do under torch.compile.
 
 Note [torch.compile]
-torch.compile traces Python, and the module and saved-tensor hooks are
-Python: traced, they would either break the trace (pybind calls, per-call
-state) or be baked into the graph. So every hook returns at once while
-torch.compile traces (``torch.compiler.is_compiling()``); the compiled code
-runs with the hooks left out, and unpack hands back a tensor that a compiled
-graph saved itself. What that gives (``tests/python/test_compile.py``):
+torch.compile traces Python, and tensorpager's module and saved-tensor hooks
+are Python. Traced inline, a hook breaks the graph (pybind calls, per-call
+state: a timeline's hooks crashed dynamo) or is baked into it. And where
+code runs eagerly inside a compiled call (a module compiled in place, whose
+``_call_impl`` torch does not trace; what follows a graph break), dynamo
+compiles the frame of each Python function called, hooks included: traced
+while ``is_compiling()``, such a frame did nothing: a block compiled in
+place lost its module hooks (it was no segment), and where its layers ran
+eagerly (torch's own, which dynamo does not compile), its saved tensors
+went unmanaged too. Hence:
 
-- ``torch.compile(model)``: the compiled graph saves through tensorpager's
-  hooks when it runs (as many saved tensors managed as in eager), but its
-  forward holds every activation until it returns and its backward unpacks
-  them all at once, so no budget below the region's peak fits;
-- ``module.compile()`` on each block: the hooks are traced into the graph,
-  as nothing, and the blocks' saved tensors are not managed at all (the
-  budget floor says so at the first step).
+- every hook is marked ``stay_eager``: dynamo never compiles a frame of it,
+  nor of what it calls, where one starts outside a traced region. It is a
+  flag on the code object, free per call; ``torch.compiler.disable``'s
+  wrapper costs about 0.6 us per call, twice per saved tensor;
+- the module hooks return at once where dynamo traces them inline
+  (``torch.compiler.is_compiling()``): a compiled graph holds nothing of
+  them and breaks nowhere.
 
-In both, values stay bit-identical to the same compiled model without a
-budget. The first compiled module the tracker sees gets one warning saying
-this. Measured: docs/decisions.md, Note [torch.compile].
+What that gives:
+
+- ``module.compile()`` on each block: the block's hooks run eagerly around
+  its compiled forward, so the block is a segment as in eager (Note
+  [Segments] in _tracker.py): what its compiled graph saves passes through
+  the saved-tensor hooks as ``CompiledFunction`` saves it, and is offloaded,
+  or dropped and recomputed by running the compiled block again. The unit is
+  the region: a compiled forward holds its intermediates until it returns,
+  and its backward unpacks all it saved at once, so the budget must hold one
+  block's saved tensors besides the rest. A module whose forward is torch's
+  own (an ``nn.Sequential`` of torch layers) compiles to nothing in torch
+  2.11 and runs eagerly, managed as eager.
+- ``torch.compile(model)``: the hooks run eagerly for the ``OptimizedModule``
+  and again for the model inside it (the extra call PyTorch warns of), and
+  the forward is one region: it saves through the hooks (as many tensors
+  managed as in eager), but no budget below the region's peak fits.
+
+Values stay bit-identical to the same compiled model without a budget. The
+first compiled module the tracker sees gets one warning saying this.
+Measured: docs/decisions.md, Note [torch.compile].
 """
 
 from __future__ import annotations
@@ -28,10 +49,10 @@ if TYPE_CHECKING:
     from typing import Any
 
 WARNING = (
-    "tensorpager: a torch.compile'd module runs under the budget. The activations of a compiled region stay on"
-    " the device until it returns, and its backward needs them all at once (a module compiled in place with"
-    " .compile() saves them outside tensorpager's reach), so a budget below the region's peak runs out of memory;"
-    " values stay exact. Leave the layers that hold most activations uncompiled to train below the peak"
+    "tensorpager: a torch.compile'd module runs under the budget. Its saved tensors are managed per compiled region:"
+    " a region holds its activations until it returns and its backward needs them all at once, so the budget must"
+    " hold the largest region's activations besides the rest (a whole model compiled as one region runs out of memory"
+    " below its peak); values stay exact. Compile each block in place (block.compile()) to train below the peak"
     " (Note [torch.compile] in tensorpager/_compiled.py)."
 )
 
@@ -46,3 +67,17 @@ def compiling() -> bool:
     import torch
 
     return torch.compiler.is_compiling()
+
+
+def stay_eager(*functions: Any) -> None:
+    """Dynamo never compiles a frame of these functions, nor of what they
+    call, where one starts outside a traced region; traced inline, they are
+    traced as any function (Note [torch.compile]). Idempotent; the flag lives
+    on the code object, for every caller."""
+    try:
+        from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
+    except ImportError:  # a torch without it (tensorpager pins 2.11): the hooks still run in eager code
+        return
+    skip = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
+    for f in functions:
+        set_code_exec_strategy(getattr(f, "__func__", f).__code__, skip)

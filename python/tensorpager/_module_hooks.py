@@ -17,6 +17,9 @@ as PyTorch calls hooks in the order they were registered.
 - Callbacks return nothing: a value would replace the forward's arguments or
   output. The subscribers are a tuple swapped under a lock, so a forward on
   another thread sees the old list or the new one, whole.
+- Under torch.compile both hooks run eagerly or not at all: traced inside a
+  compiled region they return at once, and dynamo never compiles their
+  frames (Note [torch.compile] in _compiled.py).
 
 Allocator layer: imports torch when the first subscriber subscribes.
 """
@@ -39,13 +42,24 @@ _handles: list[Any] = []  # PyTorch's handles of the pair, while anything is sub
 
 
 def _pre(module: Any, args: tuple) -> None:
+    if _compiling():
+        return  # traced inside a compiled region: nothing in its graph (Note [torch.compile])
     for pre, _ in _subscribers:
         pre(module, args)
 
 
 def _post(module: Any, args: tuple, *rest: Any) -> None:
+    if _compiling():
+        return
     for _, post in _subscribers:
         post(module, args, *rest)
+
+
+def _not_compiling() -> bool:
+    return False
+
+
+_compiling: Callable[[], bool] = _not_compiling  # torch.compiler.is_compiling once a subscriber imported torch
 
 
 class Subscription:
@@ -76,10 +90,21 @@ def subscribe(pre: Pre, post: Post) -> Subscription:
     pair = (pre, post)
     with _lock:
         if not _handles:
+            _stay_out_of_dynamo()
             _handles.append(nn_module.register_module_forward_pre_hook(_pre))
             _handles.append(nn_module.register_module_forward_hook(_post, with_kwargs=True, always_call=True))
         _subscribers = (*_subscribers, pair)
     return Subscription(pair)
+
+
+def _stay_out_of_dynamo() -> None:
+    global _compiling
+    import torch
+
+    from tensorpager import _compiled
+
+    _compiling = torch.compiler.is_compiling
+    _compiled.stay_eager(_pre, _post)
 
 
 def call_impl_frame() -> Any:
