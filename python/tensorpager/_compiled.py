@@ -12,8 +12,10 @@ place lost its module hooks (it was no segment), and where its layers ran
 eagerly (torch's own, which dynamo does not compile), its saved tensors
 went unmanaged too. Hence:
 
-- every hook is marked ``stay_eager``: dynamo never compiles a frame of it,
-  nor of what it calls, where one starts outside a traced region. It is a
+- the pair of global module hooks (whose subscribers are the tracker,
+  timelines, operator traces and compression) and the budget's saved-tensor
+  hooks are marked ``stay_eager``: dynamo never compiles a frame of theirs,
+  nor of what they call, where one starts outside a traced region. It is a
   flag on the code object, free per call; ``torch.compiler.disable``'s
   wrapper costs about 0.6 us per call, twice per saved tensor;
 - the module hooks return at once where dynamo traces them inline
