@@ -6,11 +6,13 @@
 //   sim_main(args: list[str]) -> tuple[int, str, str]   (exit status, stdout, stderr)
 //   sim_run(trace: str, budget: int | None = None, ratio: float | None = None,
 //           policy: str = "hybrid", bandwidth_gbps: float = 50.0, latency_us: float = 5.0,
-//           compute_scale: float = 1.0, repeat: int = 2, expandable_segments: bool = False,
-//           lend: bool = False) -> dict
+//           compute_scale: float = 1.0, repeat: int = 2, expandable_segments: bool = True,
+//           lend: bool = True) -> dict
 //     budget (bytes) or ratio (of the unconstrained peak reserved); neither:
 //     the unconstrained replay. The dict holds sim_report's fields plus
-//     "unconstrained_peak_reserved" and "unconstrained_step_ns".
+//     "unconstrained_peak_reserved" and "unconstrained_step_ns". Every
+//     default is sim::sim_options{}'s, as tp-sim's command line (the values
+//     above are today's: Note [The simulator's defaults] in sim/simulator.hpp).
 //
 // Without nlohmann-json, sim is not built (no target tp_sim,
 // TP_HAVE_SIM undefined) and register_sim() adds nothing: sim.py then says
@@ -118,10 +120,11 @@ void register_sim([[maybe_unused]] py::module_& m) {
 #if TP_HAVE_SIM
   m.def("sim_main", &sim_main, py::arg("args"),
         "Runs tp-sim's command line; returns (exit status, stdout, stderr).");
+  const sim::sim_options d;  // the defaults, as the command line's
   m.def("sim_run", &sim_run, py::arg("trace"), py::arg("budget") = py::none(), py::arg("ratio") = py::none(),
-        py::arg("policy") = "hybrid", py::arg("bandwidth_gbps") = 50.0, py::arg("latency_us") = 5.0,
-        py::arg("compute_scale") = 1.0, py::arg("repeat") = 2, py::arg("expandable_segments") = false,
-        py::arg("lend") = false,
+        py::arg("policy") = std::string(to_string(d.policy)), py::arg("bandwidth_gbps") = d.bandwidth_bytes_per_s / 1e9,
+        py::arg("latency_us") = static_cast<double>(d.latency_ns) / 1000.0, py::arg("compute_scale") = d.compute_scale,
+        py::arg("repeat") = d.repeat, py::arg("expandable_segments") = d.expandable_segments, py::arg("lend") = d.lend,
         "Replays a trace (tensorpager's or a DTR log) under a budget; returns the report as a dict.");
 #endif
 }

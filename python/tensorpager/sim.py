@@ -47,8 +47,8 @@ def simulate(
     latency_us: float = 5.0,
     compute_scale: float = 1.0,
     repeat: int = 2,
-    expandable_segments: bool = False,
-    lend: bool = False,
+    expandable_segments: bool | None = None,
+    lend: bool | None = None,
 ) -> dict[str, Any]:
     """Replays ``trace`` under ``budget`` with ``policy`` and returns the report.
 
@@ -61,8 +61,11 @@ def simulate(
         bandwidth_gbps, latency_us: the copy model (defaults: PCIe 5.0 x16, pinned).
         compute_scale: multiplies the recorded operator times.
         repeat: replays of the trace; the last is measured.
-        expandable_segments, lend: as tp-sim's flags of the
-            same names (docs/trace_format.md); all off by default, as there.
+        expandable_segments, lend: as tp-sim's flags of the same names
+            (docs/trace_format.md); None: tp-sim's defaults, which are the
+            runtime's (expandable segments, lending as ``tp.budget()``:
+            Note [The simulator's defaults] in ``sim/simulator.hpp``, read
+            from the extension). DTR's simulator ran with both False.
 
     Returns:
         A dict: fits, failure, budget, policy, peak_reserved, peak_allocated,
@@ -74,6 +77,11 @@ def simulate(
         ValueError: a bad budget or policy. RuntimeError: a malformed trace.
     """
     kwargs: dict[str, Any] = {}
+    # None leaves the extension's default, sim_options{}'s (one place).
+    if expandable_segments is not None:
+        kwargs["expandable_segments"] = bool(expandable_segments)
+    if lend is not None:
+        kwargs["lend"] = bool(lend)
     try:
         checked = _budget_value.check(budget, "tensorpager.sim.simulate")
     except TypeError as e:
@@ -92,8 +100,6 @@ def simulate(
             latency_us=float(latency_us),
             compute_scale=float(compute_scale),
             repeat=int(repeat),
-            expandable_segments=bool(expandable_segments),
-            lend=bool(lend),
             **kwargs,
         )
     )

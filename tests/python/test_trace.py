@@ -210,6 +210,27 @@ print(json.dumps({{str(k): {{"fits": r["fits"], "peak": r["peak_reserved"], "off
 
 
 @requires_sim
+def test_simulate_defaults_are_tp_sims() -> None:
+    """simulate() without the two keywords replays as tp-sim does: with the runtime's
+    defaults, expandable segments and lending (Note [The simulator's defaults]), not
+    DTR's setting (both False), which gives another peak on the recorded ResNet-18."""
+    trace = REPO / "bench" / "traces" / "resnet18.trace"
+    got = run_python(
+        f"""
+import json
+from tensorpager import sim
+def run(**flags):
+    r = sim.simulate({str(trace)!r}, "160MiB", policy="hybrid", compute_scale=0.01, **flags)
+    return [r["fits"], r["peak_reserved"], r["step_ns"], r["offloaded_bytes"]]
+print(json.dumps([run(), run(expandable_segments=True, lend=True), run(expandable_segments=False, lend=False)]))
+"""
+    )
+    default, runtimes, dtrs = json.loads(got.stdout.splitlines()[-1])
+    assert default == runtimes
+    assert default != dtrs
+
+
+@requires_sim
 def test_simulate_rejects_a_bad_budget() -> None:
     log = REPO / "bench" / "traces" / "dtr" / "resnet32-bs56.log"
     run_python(
