@@ -93,12 +93,12 @@ struct config {
 inline constexpr std::size_t min_max_split_size = std::size_t{20} << 20;
 
 /// Whether a budget block lends the runtime the parameters, gradients and
-/// optimizer state a backward no longer needs: tp.budget(lend=True), the
-/// default of python/tensorpager/_runtime.py (Note [Lending parameters and
-/// gradients] in _lend.py). manage:all lends as it does; manage:activations
-/// lends nothing. No key carries it; the simulator's default reads it
-/// (Note [The simulator's defaults] in sim/simulator.hpp), and
-/// tests/sim/defaults_test.cpp fails if the Python default says otherwise.
+/// optimizer state a backward no longer needs (Note [Lending parameters and
+/// gradients] in _lend.py). tp.budget()'s lend default reads it from the
+/// extension (_C.BUDGET_LENDS_BY_DEFAULT, hooks/python_module.cpp), and so
+/// does the simulator's (Note [The simulator's defaults] in
+/// sim/simulator.hpp). manage:all lends as it does; manage:activations lends
+/// nothing. No key carries it.
 inline constexpr bool budget_lends_by_default = true;
 
 /// One row of the key table: the single source for parsing, error messages

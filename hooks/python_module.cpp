@@ -189,6 +189,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("format_bytes", &tp::format_bytes_text, py::arg("bytes"), "Bytes for people, in binary units: '1.50 GiB'.");
   m.attr("ACCEPTED_SIZE_FORMS") = std::string(tp::accepted_size_forms);
   m.attr("ACCEPTED_BUDGET_FORMS") = std::string(tp::accepted_budget_forms);
+  // tp.budget()'s lend default, which tp-sim's also reads (config/config.hpp).
+  m.attr("BUDGET_LENDS_BY_DEFAULT") = tp::budget_lends_by_default;
   tp::hooks::register_optim(m);  // AdamA and the activation codec (optim_bindings.hpp)
   tp::hooks::register_profiler(m);  // the timeline functions (profiler_bindings.cpp)
   tp::hooks::register_runtime(m);   // the budget runtime (runtime/runtime_bindings.cpp)

@@ -92,7 +92,10 @@ class budget:
             [Segments]); False: swap only.
         lend: let the runtime swap parameters and gradients out while a
             backward no longer needs them (Note [Lending parameters and
-            gradients] in ``_lend.py``); False: they stay on the device.
+            gradients] in ``_lend.py``); False: they stay on the device;
+            None: the extension's ``BUDGET_LENDS_BY_DEFAULT`` (True; C++
+            ``budget_lends_by_default``, which tp-sim's ``--lend`` default
+            reads too).
         segment_depth: the module depth of recompute segments (>= 1).
 
     tensorpager is installed first if it is not (``tp.install()``, which picks
@@ -110,7 +113,7 @@ class budget:
 
     def __init__(self, size: int | float | str | None = None, *, policy: str | None = None,
                  timeline: str | None = None, prefetch: bool = True, recompute: bool = True,
-                 segment_depth: int = 1, lend: bool = True) -> None:
+                 segment_depth: int = 1, lend: bool | None = None) -> None:
         # Hostile values and bad paths fail here, not at exit (Note [Budget spellings]).
         checked = _budget_value.check_block_arguments(size, timeline)
         self.bytes: int | None = None
@@ -157,8 +160,9 @@ class budget:
         try:
             if self.timeline is not None:
                 _timeline.start_timeline()
+            lend = ext.BUDGET_LENDS_BY_DEFAULT if self.lend is None else bool(self.lend)
             self._tracker = tr = _tracker.Tracker(ext, self.segment_depth, self.recompute,
-                                                  self._follows_training_thread, self.lend)
+                                                  self._follows_training_thread, lend)
             tr.measuring = self.ratio is not None  # Note [Peaks under a ratio budget]
             self._handles = [_module_hooks.subscribe(tr.pre_forward, tr.post_forward)]
             self._hooks = torch.autograd.graph.saved_tensors_hooks(tr.pack, tr.unpack)

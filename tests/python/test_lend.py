@@ -38,6 +38,21 @@ print(json.dumps(out))
 
 
 @requires_ext
+def test_budget_lends_by_the_extensions_default() -> None:
+    # One place (config/config.hpp's budget_lends_by_default): tp.budget() reads
+    # it from the extension, as tp-sim's --lend default reads it in C++.
+    r = run_child("""
+from tensorpager import _ext
+with tp.budget(None) as b:
+    default = b._tracker.lender is not None
+with tp.budget(None, lend=not _ext.load().BUDGET_LENDS_BY_DEFAULT) as b:
+    other = b._tracker.lender is not None
+print(json.dumps({"constant": _ext.load().BUDGET_LENDS_BY_DEFAULT, "default": default, "other": other}))
+""")
+    assert r == {"constant": True, "default": True, "other": False}, r
+
+
+@requires_ext
 def test_a_second_backward_through_a_retained_graph_reads_its_parameters_again() -> None:
     r = run_child("""
 ref_losses, ref_state, _ = train(retain=True)
