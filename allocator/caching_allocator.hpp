@@ -227,6 +227,8 @@ class caching_allocator final : public runtime_allocator {
   std::vector<segment_snapshot> snapshot() const;
   /// The largest cached free block (PyTorch's cacheInfo).
   std::size_t largest_free_block() const;
+  std::size_t stranded_bytes() const override;
+  std::size_t granularity() const override { return granularity_; }
 
   device& dev() const { return device_; }
   std::size_t max_split_size() const { return max_split_size_; }
@@ -236,6 +238,16 @@ class caching_allocator final : public runtime_allocator {
   using lock_type = std::unique_lock<std::mutex>;
   /// runtime_allocator's only: the runtime's Note [Resident floor].
   allocated_marks take_allocated_high_water() override;
+  /// The free bytes blocks in use hold mapped (runtime_allocator::
+  /// stranded_bytes()), and the blocks in use beside those of expandable
+  /// segments, by lifetime, each counted once (for an out-of-memory report).
+  struct stranded_figures {
+    std::size_t in_granules = 0;        // expandable segments: outside whole granules
+    std::size_t in_plain_segments = 0;  // plain segments with a block in use
+    std::size_t beside_transient = 0;
+    std::size_t beside_long_lived = 0;
+  };
+  stranded_figures stranded_locked() const;
   struct pending_event {
     event_id event;
     detail::block* block;

@@ -38,28 +38,43 @@ void caching_allocator::throw_oom(std::size_t bytes, stream_id stream, std::size
   f.larger_than_device = larger_than_device;
   f.expandable_segments = expandable_;
   if (expandable_) {
-    // The free bytes outside whole granules, and the blocks in use that
-    // share their granules, each counted once.
-    std::vector<const block*> beside;
-    for (const detail::block_pool* blocks : {&small_blocks_, &large_blocks_}) {
-      for (const block* b : *blocks) {
-        if (!b->seg->expandable) continue;
-        const std::size_t cut = b->size - size_policy::whole_granules(b->address, b->end(), granularity_);
-        if (cut == 0) continue;
-        f.stranded += cut;
-        for (const block* n : {b->prev, b->next}) {
-          if (n != nullptr && n->allocated) beside.push_back(n);
-        }
-      }
-    }
-    std::sort(beside.begin(), beside.end());
-    beside.erase(std::unique(beside.begin(), beside.end()), beside.end());
-    for (const block* n : beside) {
-      ++(n->life == lifetime::long_lived ? f.stranded_beside_long_lived : f.stranded_beside_transient);
-    }
+    const stranded_figures stranded = stranded_locked();
+    f.stranded = stranded.in_granules;
+    f.stranded_beside_transient = stranded.beside_transient;
+    f.stranded_beside_long_lived = stranded.beside_long_lived;
   }
   notify(allocator_event_kind::oom, nullptr, bytes, 0, stream);
   throw out_of_memory(format_oom_message(f));
+}
+
+caching_allocator::stranded_figures caching_allocator::stranded_locked() const {
+  stranded_figures f;
+  std::vector<const block*> beside;
+  for (const detail::block_pool* blocks : {&small_blocks_, &large_blocks_}) {
+    for (const block* b : *blocks) {
+      if (!b->seg->expandable) {
+        // Free neighbours merge, so a wholly free plain segment is one block.
+        if (b->prev != nullptr || b->next != nullptr) f.in_plain_segments += b->size;
+        continue;
+      }
+      const std::size_t cut = b->size - size_policy::whole_granules(b->address, b->end(), granularity_);
+      if (cut == 0) continue;
+      f.in_granules += cut;
+      for (const block* n : {b->prev, b->next}) {
+        if (n != nullptr && n->allocated) beside.push_back(n);
+      }
+    }
+  }
+  std::sort(beside.begin(), beside.end());
+  beside.erase(std::unique(beside.begin(), beside.end()), beside.end());
+  for (const block* n : beside) ++(n->life == lifetime::long_lived ? f.beside_long_lived : f.beside_transient);
+  return f;
+}
+
+std::size_t caching_allocator::stranded_bytes() const {
+  std::lock_guard lock(mutex_);
+  const stranded_figures f = stranded_locked();
+  return f.in_granules + f.in_plain_segments;
 }
 
 const char* to_string(allocator_event_kind k) {

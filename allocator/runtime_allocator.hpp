@@ -46,6 +46,15 @@ class runtime_allocator {
   /// one reader (the runtime's Note [Resident floor]); stats() peaks are
   /// untouched.
   virtual allocated_marks take_allocated_high_water() = 0;
+  /// Free bytes that no release of the cache can give back, since blocks in
+  /// use hold them mapped: in an expandable segment, the parts of free blocks
+  /// outside whole granules; in a plain segment, every free block of a
+  /// segment with a block in use. Note [Resident floor] counts them at a
+  /// step's start. O(free blocks).
+  virtual std::size_t stranded_bytes() const = 0;
+  /// The unit reserved bytes come in with expandable segments (the device's
+  /// map granule), so a budget holds only whole ones; 0 with plain segments.
+  virtual std::size_t granularity() const = 0;
 
  protected:
   ~runtime_allocator() = default;

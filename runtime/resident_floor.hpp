@@ -20,11 +20,24 @@
 //   resident: what is allocated now less what is evictable after the event.
 // The step's largest such value is the floor: the same program allocates
 // the same unmanaged memory under any budget, so a budget below it cannot
-// work. It is an estimate, close from below in practice (fragmentation comes
-// on top); hooks/budget uses the first step's figure to refuse, at once, a
-// budget that cannot work (Note [Budget floor] in
-// hooks/budget/budget_floor.cpp). One compare per allocation buys the
-// high-water mark (take_allocated_high_water).
+// work. hooks/budget uses the figure to refuse, at once, a budget that cannot
+// work (Note [Budget floor] in hooks/budget/budget_floor.cpp). One compare
+// per allocation buys the high-water mark (take_allocated_high_water).
+// - A budget caps mapped bytes, not allocated ones. What the step holds at
+//   its start (weights, gradients, optimizer state, the input batch) sits
+//   where earlier steps put it, and the free bytes beside it in shared
+//   granules (runtime_allocator::stranded_bytes()) stay mapped through the
+//   step: a request larger than those pieces maps more. So lowest() adds
+//   the bytes stranded at the step's first event. Without them the floor
+//   accepted budgets that failed at the first budgeted iteration's first
+//   large request (a ResNet-18 whose gradients and momentum live through
+//   the forward: 13 MiB stranded, docs/decisions.md "Resident floor").
+//   Small requests may still fill those pieces, so this errs high by at
+//   most what they take. And with expandable segments a budget holds whole
+//   granules only (a budget of 11.8 MiB maps at most 10 of 2 MiB granules),
+//   so memory_runtime::lowest_floor_bytes() rounds the floor up to whole
+//   ones: a small decoder's floor of 11.5 MiB accepted a ratio of 11.8 MiB
+//   that died (docs/decisions.md, "Resident floor").
 
 #include <algorithm>
 #include <cstddef>
@@ -36,14 +49,22 @@ namespace tp {
 /// allocator's high-water mark afresh when it starts sampling.
 class resident_floor {
  public:
+  /// Whether the next sample is a step's first: its owner then passes the
+  /// allocator's stranded bytes to sample() (a scan of the free blocks).
+  bool at_step_start() const noexcept { return start_ == unknown; }
   /// high_water, now: the most bytes allocated since the previous sample,
   /// and now; evictable_before, evictable_after: what a policy could evict
-  /// just before this event and just after it (less a tensor now in use).
-  void sample(std::size_t high_water, std::size_t now, std::size_t evictable_before,
-              std::size_t evictable_after) noexcept {
+  /// just before this event and just after it (less a tensor now in use);
+  /// stranded: runtime_allocator::stranded_bytes() now, read only when
+  /// at_step_start().
+  void sample(std::size_t high_water, std::size_t now, std::size_t evictable_before, std::size_t evictable_after,
+              std::size_t stranded) noexcept {
     const std::size_t spare = sampled_ ? std::min(evictable_before, last_evictable_) : evictable_before;
     sampled_ = true;
-    if (start_ == unknown) start_ = now;
+    if (start_ == unknown) {
+      start_ = now;
+      start_stranded_ = stranded;
+    }
     current_ = std::max({current_, less(high_water, spare), less(now, evictable_after)});
     last_evictable_ = evictable_after;
   }
@@ -66,11 +87,14 @@ class resident_floor {
   /// holding more than an earlier one (the gradients and the momentum that a
   /// zero_grad() just before backward() keeps through the next forward, once
   /// they exist), so each is counted from its own start (Note [Budget floor]
-  /// in hooks/budget/budget_floor.cpp).
+  /// in hooks/budget/budget_floor.cpp), stranded bytes included.
   std::size_t lowest() const noexcept {
     if (start_ == unknown) return current_;
-    return start_ + std::min(lowest_beyond_start_, less(current_, start_));
+    return start_ + start_stranded_ + std::min(lowest_beyond_start_, less(current_, start_));
   }
+  /// The stranded bytes lowest() counts: at the first event of the step in
+  /// progress (0 before one).
+  std::size_t stranded_at_start() const noexcept { return start_ == unknown ? 0 : start_stranded_; }
 
  private:
   static std::size_t less(std::size_t a, std::size_t b) noexcept { return a > b ? a - b : 0; }
@@ -79,6 +103,7 @@ class resident_floor {
   std::size_t last_ = 0;
   static constexpr std::size_t unknown = SIZE_MAX;
   std::size_t start_ = unknown;                 // allocated at the step's first sample
+  std::size_t start_stranded_ = 0;              // stranded bytes then
   std::size_t lowest_beyond_start_ = SIZE_MAX;  // of the completed steps
   std::size_t last_evictable_ = 0;
   bool sampled_ = false;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "allocator/size_policy.hpp"
 #include "core/errors.hpp"
 #include "core/format_bytes.hpp"
 
@@ -76,10 +77,7 @@ tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, str
   if (recorded) by_ordinal_.push_back(ref.id);
   lineage_.add(ref.id, ref.recompute_cost_ns, more.parents, more.revive);
   make_candidate(ref);
-  // ref is the output of the operator that ran since the previous event.
-  const auto marks = alloc_.take_allocated_high_water();
-  const floor_spare spare = floor_spare_locked(ref);
-  floor_.sample(marks.high_water, marks.now, spare.all - spare.of_t, spare.all);
+  sample_floor_locked(ref, true);
   poll_locked();
   if (recorded) after_event_locked(false);
   return ref.id;
@@ -99,6 +97,19 @@ memory_runtime::floor_spare memory_runtime::floor_spare_locked(const managed_ten
     if (c.binding->can_release()) all += c.bytes;
   }
   return {all, t.in_candidates && t.binding->can_release() ? t.bytes : 0};
+}
+
+void memory_runtime::sample_floor_locked(const managed_tensor& t, bool tracked) {
+  const auto marks = alloc_.take_allocated_high_water();
+  const floor_spare spare = floor_spare_locked(t);
+  const std::size_t stranded = floor_.at_step_start() ? alloc_.stranded_bytes() : 0;
+  if (tracked) {
+    // t was in use at the high-water moment, and may be evicted from now on.
+    floor_.sample(marks.high_water, marks.now, spare.all - spare.of_t, spare.all, stranded);
+  } else {
+    // t waited until now, and is about to be used.
+    floor_.sample(marks.high_water, marks.now, spare.all, spare.all - spare.of_t, stranded);
+  }
 }
 
 void memory_runtime::make_candidate(managed_tensor& t) {
@@ -286,7 +297,15 @@ std::size_t memory_runtime::floor_bytes() const {
 
 std::size_t memory_runtime::lowest_floor_bytes() const {
   lock_type lock(mu_);
-  return floor_.lowest();
+  // Note [Resident floor]: a budget holds whole granules.
+  const std::size_t granule = alloc_.granularity();
+  const std::size_t floor = floor_.lowest();
+  return granule == 0 ? floor : size_policy::round_up(floor, granule);
+}
+
+std::size_t memory_runtime::floor_stranded_bytes() const {
+  lock_type lock(mu_);
+  return floor_.stranded_at_start();
 }
 
 runtime_stats memory_runtime::stats() const {

@@ -225,8 +225,11 @@ class memory_runtime final : public reclaimer {
   /// Note [Resident floor]: the peak of bytes no eviction could give back,
   /// over the last completed step and the one in progress.
   std::size_t floor_bytes() const;
-  /// resident_floor::lowest(): the smallest floor of the steps so far.
+  /// resident_floor::lowest(): the smallest floor of the steps so far, in
+  /// whole granules with expandable segments (Note [Resident floor]).
   std::size_t lowest_floor_bytes() const;
+  /// resident_floor::stranded_at_start(): the stranded bytes lowest_floor_bytes() counts.
+  std::size_t floor_stranded_bytes() const;
   /// Throws tp::error describing the first broken invariant. O(tracked).
   void check_invariants() const;
 
@@ -258,6 +261,9 @@ class memory_runtime final : public reclaimer {
     std::size_t of_t = 0;
   };
   floor_spare floor_spare_locked(const managed_tensor& t) const;
+  // One sample of floor_ at an event on t: `tracked`, t is the output of the
+  // operator that ran since the previous event; otherwise t is accessed now.
+  void sample_floor_locked(const managed_tensor& t, bool tracked);
   void make_candidate(managed_tensor& t);
   void remove_in_flight(managed_tensor& t);
   void remove_settling(managed_tensor& t);

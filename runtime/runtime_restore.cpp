@@ -43,10 +43,7 @@ void memory_runtime::access_locked(managed_tensor& t, stream_id on, lock_type& l
   t.last_access_ns = clock_.now_ns();
   ++t.access_count;
   candidates_.touch(t);
-  // t waited until now, and is about to be used: Note [Resident floor].
-  const auto marks = alloc_.take_allocated_high_water();
-  const floor_spare spare = floor_spare_locked(t);
-  floor_.sample(marks.high_water, marks.now, spare.all, spare.all - spare.of_t);
+  sample_floor_locked(t, false);  // Note [Resident floor]
   if (rerunning_locked()) return;  // Note [Reruns are not recorded]
   if (t.step == recorder_.steps_completed()) recorder_.on_access(t.ordinal, t.last_access_ns);
   // What this event sets off (a planned eviction, when this step's events do

@@ -137,7 +137,7 @@ void session_step(bool resolve_ratio) {
     const auto in_use = control.memory_stats().reserved_bytes.all().current;
     const auto rt = s->runtime();
     check_budget_floor(bytes, {*ratio, static_cast<std::size_t>(peak), static_cast<std::size_t>(in_use),
-                               rt ? rt->lowest_floor_bytes() : 0});  // Note [Budget floor]
+                               rt ? rt->lowest_floor_bytes() : 0, rt ? rt->floor_stranded_bytes() : 0});  // Note [Budget floor]
     control.change_budget(bytes);
   }
   s->step();

@@ -7,21 +7,25 @@
 // state; with expandable segments their granules, no more), and the step's
 // resident floor (Note [Resident floor] in runtime/resident_floor.hpp): the
 // most it held at once that no eviction could give back, which adds the
-// activation gradients in flight and the operands of the operator running.
+// activation gradients in flight and the operands of the operator running,
+// and the free bytes that what the step began with keeps mapped (a budget
+// caps mapped bytes).
 // A ratio that resolves below the larger of the two is refused with both
 // figures and the smallest ratio that could work. Where the ratio is
 // measured over several iterations (Note [A ratio is a share of a steady
 // iteration] in budget_api.hpp), the floor is the smallest of theirs: a
 // sample can come out above what a step needs (resident_floor::lowest), each
 // step counted from what it held at its start: a first iteration without
-// the optimizer's state holds less than the steady one. Both are lower
-// bounds: a budget above them can still fail later (free pieces of granules
-// between what stays, which grow as the budget moves tensors; an operator's
-// own outputs), and then the allocator's out-of-memory message says why.
+// the optimizer's state holds less than the steady one. The figure is meant
+// to hold both ways: every test model trains at the ratio it names, and
+// passing it is what tests/python/test_floor_prediction.py checks; a budget
+// above it can still fail (free pieces of granules that grow as the budget
+// moves tensors), and then the allocator's out-of-memory message says why.
 
 #include "hooks/budget/budget_floor.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -44,6 +48,10 @@ std::string fixed(double x, int digits) {
   return buf;
 }
 
+// The ratio to two decimals, rounded up: a budget of the ratio named is at
+// least the bytes it stands for (less a rounding error of x * 100).
+std::string ratio_up(double x) { return fixed(std::ceil(x * 100 - 1e-9) / 100, 2); }
+
 }  // namespace
 
 std::size_t smallest_workable_budget(const budget_floor_figures& f) noexcept {
@@ -60,8 +68,12 @@ void check_budget_floor(std::size_t budget, const budget_floor_figures& f) {
       " stay reserved between steps (weights, gradients, optimizer state), and the first step held " +
       mib(f.step_floor) +
       " at once that no eviction could give back (those, activation gradients in flight, an operator's "
-      "operands). The smallest budget that could work is at least " +
-      mib(floor) + " (ratio " + fixed(static_cast<double>(floor) / peak, 2) + " of the peak): the budget is refused");
+      "operands" +
+      (f.stranded > 0 ? ", and " + mib(f.stranded) + " free beside what it began with, in granules no unmap can give back"
+                      : std::string()) +
+      "). The smallest budget that could work is at least " +
+      mib(floor) + " (ratio " + ratio_up(static_cast<double>(floor) / peak) +
+      " of the peak): the budget is refused");
 }
 
 }  // namespace tp::hooks

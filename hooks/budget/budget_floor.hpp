@@ -12,6 +12,7 @@ struct budget_floor_figures {
   std::size_t peak = 0;           ///< the first step's peak reserved bytes
   std::size_t between_steps = 0;  ///< reserved after the step, its cache released
   std::size_t step_floor = 0;     ///< memory_runtime::lowest_floor_bytes() (Note [Resident floor])
+  std::size_t stranded = 0;       ///< memory_runtime::floor_stranded_bytes(): of step_floor
 };
 
 /// The smallest budget the figures allow: what stays between steps, or what

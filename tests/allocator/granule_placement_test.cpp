@@ -117,5 +117,30 @@ TEST_F(GranulePlacement, GrowsWhereUnmappingCanPayForItNotWhereItIsCheapest) {
   for (void* p : {big, keep}) a.deallocate(p);
 }
 
+// runtime_allocator::stranded_bytes(): the free bytes blocks in use keep
+// mapped, which no release of the cache gives back.
+TEST_F(GranulePlacement, StrandedBytesAreTheFreeBytesOutsideWholeGranules) {
+  caching_allocator a(rig_.dev, expandable());
+  void* b = a.allocate(3 * MiB);     // [0, 3)
+  void* c = a.allocate(3 * MiB);     // [3, 6)
+  void* keep = a.allocate(2 * MiB);  // [6, 8)
+  EXPECT_EQ(a.stranded_bytes(), 0u);
+  a.deallocate(c);  // free [3, 6): [4, 6) is a whole granule, [3, 4) shares one with b
+  EXPECT_EQ(a.stranded_bytes(), 1 * MiB);
+  a.empty_cache();
+  EXPECT_EQ(a.stranded_bytes(), 1 * MiB);  // still mapped
+  a.deallocate(b);  // [0, 6) free, every granule whole
+  EXPECT_EQ(a.stranded_bytes(), 0u);
+  a.deallocate(keep);
+}
+
+TEST_F(GranulePlacement, StrandedBytesOfPlainSegmentsAreTheFreeBlocksOfSegmentsInUse) {
+  caching_allocator a(rig_.dev, {});
+  void* b = a.allocate(3 * MiB);  // a 20 MiB segment: 17 MiB free beside b
+  EXPECT_EQ(a.stranded_bytes(), 17 * MiB);
+  a.deallocate(b);  // the segment is wholly free: a release gives it back
+  EXPECT_EQ(a.stranded_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace tp

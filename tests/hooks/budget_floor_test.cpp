@@ -37,5 +37,26 @@ TEST(BudgetFloor, RefusesABudgetBelowTheFloorNamingTheFigures) {
   }
 }
 
+TEST(BudgetFloor, TheRatioItNamesIsRoundedUpSoThatItWorks) {
+  try {
+    check_budget_floor(100 * MiB, {0.25, 1000 * MiB, 90 * MiB, 301 * MiB});  // 0.301 of the peak
+    FAIL() << "expected tp::out_of_memory";
+  } catch (const out_of_memory& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("(ratio 0.31 of the peak)"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("granules"), std::string::npos) << msg;  // nothing stranded: not mentioned
+  }
+}
+
+TEST(BudgetFloor, NamesTheStrandedBytesItCounts) {
+  try {
+    check_budget_floor(120 * MiB, {0.3, 400 * MiB, 90 * MiB, 240 * MiB, 13 * MiB});
+    FAIL() << "expected tp::out_of_memory";
+  } catch (const out_of_memory& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("13.0 MiB free beside what it began with"), std::string::npos) << msg;
+  }
+}
+
 }  // namespace
 }  // namespace tp::hooks

@@ -16,65 +16,65 @@ using namespace tp::testing;
 
 TEST(ResidentFloor, IsTheHighWaterMarkLessWhatWasEvictableAllThrough) {
   resident_floor f;
-  f.sample(100, 100, 40, 40);  // first sample: 100 - 40
+  f.sample(100, 100, 40, 40, 0);  // first sample: 100 - 40
   EXPECT_EQ(f.peak(), 60u);
-  f.sample(150, 150, 90, 90);  // min(40 after the last event, 90 before this one): 150 - 40
+  f.sample(150, 150, 90, 90, 0);  // min(40 after the last event, 90 before this one): 150 - 40
   EXPECT_EQ(f.peak(), 110u);
-  f.sample(120, 120, 10, 10);  // 120 - 10, below the peak
+  f.sample(120, 120, 10, 10, 0);  // 120 - 10, below the peak
   EXPECT_EQ(f.peak(), 110u);
-  f.sample(5, 5, 10, 10);      // never below zero
+  f.sample(5, 5, 10, 10, 0);      // never below zero
   EXPECT_EQ(f.peak(), 110u);
 }
 
 TEST(ResidentFloor, ATensorAccessedNowWasSpareAtTheHighWaterMomentButNotAfter) {
   resident_floor f;
-  f.sample(100, 100, 50, 50);  // 50 evictable: x (30) and y (20)
+  f.sample(100, 100, 50, 50, 0);  // 50 evictable: x (30) and y (20)
   EXPECT_EQ(f.peak(), 50u);
   // An operator peaked at 160 and freed 40 of it; then x is accessed: it
   // waited through the peak (evictable before this event), so 160 - 50, and
   // it is in use now: 120 allocated less y.
-  f.sample(160, 120, 50, 20);
+  f.sample(160, 120, 50, 20, 0);
   EXPECT_EQ(f.peak(), 110u);
   // The next operator peaks with x in use: x is not spare in this interval.
-  f.sample(130, 90, 20, 20);
+  f.sample(130, 90, 20, 20, 0);
   EXPECT_EQ(f.peak(), 110u);  // 130 - 20
-  f.sample(150, 90, 50, 50);  // y and a tensor tracked since: min(20, 50)
+  f.sample(150, 90, 50, 50, 0);  // y and a tensor tracked since: min(20, 50)
   EXPECT_EQ(f.peak(), 130u);
 }
 
 TEST(ResidentFloor, WhatIsAllocatedAfterTheEventCounts) {
   resident_floor f;
-  f.sample(100, 100, 60, 60);
-  f.sample(100, 100, 60, 0);  // everything now in use
+  f.sample(100, 100, 60, 60, 0);
+  f.sample(100, 100, 60, 0, 0);  // everything now in use
   EXPECT_EQ(f.peak(), 100u);
 }
 
 TEST(ResidentFloor, AStepBoundaryKeepsTheLastStepsPeakUntilTheNextExceedsIt) {
   resident_floor f;
-  f.sample(100, 100, 0, 0);
+  f.sample(100, 100, 0, 0, 0);
   f.end_step();
   EXPECT_EQ(f.peak(), 100u);
-  f.sample(50, 50, 0, 0);
+  f.sample(50, 50, 0, 0, 0);
   EXPECT_EQ(f.peak(), 100u);
   f.end_step();
   EXPECT_EQ(f.peak(), 50u);  // the last completed step's
-  f.sample(70, 70, 0, 0);
+  f.sample(70, 70, 0, 0, 0);
   EXPECT_EQ(f.peak(), 70u);
 }
 
 TEST(ResidentFloor, TheLowestCountsEachStepFromWhatItHeldAtItsFirstEvent) {
   resident_floor f;
-  f.sample(40, 40, 0, 0);  // the first step begins holding 40
-  f.sample(100, 60, 0, 0);
+  f.sample(40, 40, 0, 0, 0);  // the first step begins holding 40
+  f.sample(100, 60, 0, 0, 0);
   EXPECT_EQ(f.lowest(), 100u);  // the first step, in progress: 40 + 60
   f.end_step();
-  f.sample(40, 40, 0, 0);
-  f.sample(130, 60, 0, 0);  // a sample above what the step needs: 40 + 90
+  f.sample(40, 40, 0, 0, 0);
+  f.sample(130, 60, 0, 0, 0);  // a sample above what the step needs: 40 + 90
   EXPECT_EQ(f.lowest(), 100u);
   EXPECT_EQ(f.peak(), 130u);
   f.end_step();
-  f.sample(40, 40, 0, 0);
-  f.sample(90, 60, 0, 0);
+  f.sample(40, 40, 0, 0, 0);
+  f.sample(90, 60, 0, 0, 0);
   EXPECT_EQ(f.lowest(), 90u);  // 40 + 50, the least beyond a start so far
 }
 
@@ -83,12 +83,31 @@ TEST(ResidentFloor, AStepThatBeginsHoldingMoreNeedsItsStartMore) {
   // gradients and the momentum live through the forward. The first
   // iteration's smaller floor says nothing of the second's.
   resident_floor f;
-  f.sample(48, 48, 0, 0);   // weights and the batch
-  f.sample(88, 70, 0, 0);   // its backward's peak: 48 + 40
+  f.sample(48, 48, 0, 0, 0);   // weights and the batch
+  f.sample(88, 70, 0, 0, 0);   // its backward's peak: 48 + 40
   f.end_step();
-  f.sample(134, 134, 0, 0);  // weights, gradients, momentum and the batch
-  f.sample(163, 150, 0, 0);  // the stem's convolution: 134 + 29
+  f.sample(134, 134, 0, 0, 0);  // weights, gradients, momentum and the batch
+  f.sample(163, 150, 0, 0, 0);  // the stem's convolution: 134 + 29
   EXPECT_EQ(f.lowest(), 163u);  // not the first iteration's 88
+}
+
+TEST(ResidentFloor, TheLowestAddsWhatTheStepsStartLeftStranded) {
+  // A budget caps mapped bytes: the free pieces beside what a step begins
+  // with stay mapped through it, and a large request maps more beside them.
+  resident_floor f;
+  EXPECT_TRUE(f.at_step_start());
+  f.sample(134, 134, 0, 0, 13);  // weights, gradients, momentum, 13 free beside them
+  EXPECT_FALSE(f.at_step_start());
+  f.sample(163, 150, 0, 0, 99);  // not a step's first event: not read
+  EXPECT_EQ(f.lowest(), 176u);   // 134 + 13 + 29
+  EXPECT_EQ(f.stranded_at_start(), 13u);
+  EXPECT_EQ(f.peak(), 163u);     // allocated bytes, as before
+  f.end_step();
+  EXPECT_TRUE(f.at_step_start());
+  f.sample(134, 134, 0, 0, 2);  // the next step begins packed tighter
+  f.sample(163, 150, 0, 0, 0);
+  EXPECT_EQ(f.lowest(), 165u);  // 134 + 2 + 29
+  EXPECT_EQ(f.stranded_at_start(), 2u);
 }
 
 TEST(ResidentFloor, RuntimeCountsWhatIsNotEvictableAndWhatIsInUse) {
@@ -113,6 +132,27 @@ TEST(ResidentFloor, RuntimeCountsWhatIsNotEvictableAndWhatIsInUse) {
   rt.untrack(tx);
   rt.untrack(ty);
   rig.alloc.deallocate(weights);
+}
+
+TEST(ResidentFloor, RuntimeCountsTheStrandedBytesAtTheStepsStart) {
+  runtime_rig rig({.expandable = true});
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, {});
+  // 3 MiB blocks, then the middle ones freed: each hole shares a granule
+  // with a block in use on either side.
+  std::vector<void*> blocks;
+  for (int i = 0; i < 6; ++i) blocks.push_back(rig.alloc.allocate(3 * MiB, rig.compute));
+  for (std::size_t i : {1u, 3u}) rig.alloc.deallocate(std::exchange(blocks[i], nullptr));
+  const std::size_t stranded = rig.alloc.stranded_bytes();
+  EXPECT_GT(stranded, 0u);
+  fake_binding x(rig, 4 * MiB, 1);
+  const tensor_id tx = rt.track(x, x.bytes(), rig.compute, 0);
+  EXPECT_EQ(rt.floor_stranded_bytes(), stranded);
+  const auto allocated = static_cast<std::size_t>(rig.alloc.stats().allocated_bytes.all().current);
+  EXPECT_GE(rt.lowest_floor_bytes(), allocated - 4 * MiB + stranded);
+  EXPECT_EQ(rt.lowest_floor_bytes() % rig.alloc.granularity(), 0u);  // a budget holds whole granules
+  EXPECT_EQ(rig.alloc.granularity(), 2 * MiB);
+  rt.untrack(tx);
+  for (void* p : blocks) rig.alloc.deallocate(p);
 }
 
 TEST(ResidentFloor, ATensorTheProgramHoldsIsNotSpareWhileNoBudgetIsSet) {
