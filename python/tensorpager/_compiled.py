@@ -14,9 +14,10 @@ went unmanaged too. Hence:
 
 - the pair of global module hooks (whose subscribers are the tracker,
   timelines, operator traces and compression) and the budget's saved-tensor
-  hooks are marked ``stay_eager``: dynamo never compiles a frame of theirs,
-  nor of what they call, where one starts outside a traced region. It is a
-  flag on the code object, free per call; ``torch.compiler.disable``'s
+  hooks are marked ``stay_eager`` (in _module_hooks.py, below this layer):
+  dynamo never compiles a frame of theirs, nor of what they call, where one
+  starts outside a traced region. It is a flag on the code object, free per
+  call; ``torch.compiler.disable``'s
   wrapper costs about 0.6 us per call, twice per saved tensor;
 - the module hooks return at once where dynamo traces them inline
   (``torch.compiler.is_compiling()``): a compiled graph holds nothing of
@@ -69,17 +70,3 @@ def compiling() -> bool:
     import torch
 
     return torch.compiler.is_compiling()
-
-
-def stay_eager(*functions: Any) -> None:
-    """Dynamo never compiles a frame of these functions, nor of what they
-    call, where one starts outside a traced region; traced inline, they are
-    traced as any function (Note [torch.compile]). Idempotent; the flag lives
-    on the code object, for every caller."""
-    try:
-        from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
-    except ImportError:  # a torch without it (tensorpager pins 2.11): the hooks still run in eager code
-        return
-    skip = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
-    for f in functions:
-        set_code_exec_strategy(getattr(f, "__func__", f).__code__, skip)

@@ -101,10 +101,8 @@ def _stay_out_of_dynamo() -> None:
     global _compiling
     import torch
 
-    from tensorpager import _compiled
-
     _compiling = torch.compiler.is_compiling
-    _compiled.stay_eager(_pre, _post)
+    stay_eager(_pre, _post)
 
 
 def call_impl_frame() -> Any:
@@ -117,3 +115,17 @@ def call_impl_frame() -> Any:
     while f is not None and f.f_code is not code:
         f = f.f_back
     return f
+
+
+def stay_eager(*functions: Any) -> None:
+    """Dynamo never compiles a frame of these functions, nor of what they
+    call, where one starts outside a traced region; traced inline, they are
+    traced as any function (Note [torch.compile]). Idempotent; the flag lives
+    on the code object, for every caller."""
+    try:
+        from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
+    except ImportError:  # a torch without it (tensorpager pins 2.11): the hooks still run in eager code
+        return
+    skip = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
+    for f in functions:
+        set_code_exec_strategy(getattr(f, "__func__", f).__code__, skip)

@@ -92,7 +92,7 @@ class Tracker:
         self.iterations = _steps.Steps(lambda: self.thread, self._first_optimizer_step)
         self.warned_compiled = False  # Note [torch.compile] in _compiled.py
         self.scanned: set[int] = set()  # ids of outermost modules looked through for compiled ones
-        _compiled.stay_eager(Tracker.pack, Tracker.unpack)  # Note [torch.compile]
+        _module_hooks.stay_eager(Tracker.pack, Tracker.unpack)  # Note [torch.compile]
 
     # --- saved-tensor hooks ------------------------------------------------------------
     def pack(self, t: Any) -> Any:
