@@ -17,10 +17,12 @@
 // sample can come out above what a step needs (resident_floor::lowest), each
 // step counted from what it held at its start: a first iteration without
 // the optimizer's state holds less than the steady one. The figure is meant
-// to hold both ways: every test model trains at the ratio it names, and
-// passing it is what tests/python/test_floor_prediction.py checks; a budget
-// above it can still fail (free pieces of granules that grow as the budget
-// moves tensors), and then the allocator's out-of-memory message says why.
+// as a prediction both ways, a refused ratio cannot work and the ratio named
+// does (tests/python/test_floor_prediction.py). It does not yet hold
+// everywhere: free pieces of granules grow as the budget moves small tensors
+// about, and a small decoder whose floor is 0.46 still runs out of memory at
+// 0.5 in some runs (docs/decisions.md, "Resident floor"); the allocator's
+// out-of-memory message then says what stranded the memory.
 
 #include "hooks/budget/budget_floor.hpp"
 
