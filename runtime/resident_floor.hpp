@@ -28,16 +28,14 @@
 //   where earlier steps put it, and the free bytes beside it in shared
 //   granules (runtime_allocator::stranded_bytes()) stay mapped through the
 //   step: a request larger than those pieces maps more. So lowest() adds
-//   the bytes stranded at the step's first event. Without them the floor
+//   the bytes stranded at the step's first event; without them the floor
 //   accepted budgets that failed at the first budgeted iteration's first
-//   large request (a ResNet-18 whose gradients and momentum live through
-//   the forward: 13 MiB stranded, docs/decisions.md "Resident floor").
-//   Small requests may still fill those pieces, so this errs high by at
-//   most what they take. And with expandable segments a budget holds whole
-//   granules only (a budget of 11.8 MiB maps at most 10 of 2 MiB granules),
-//   so memory_runtime::lowest_floor_bytes() rounds the floor up to whole
-//   ones: a small decoder's floor of 11.5 MiB accepted a ratio of 11.8 MiB
-//   that died (docs/decisions.md, "Resident floor").
+//   large request. Small requests may still fill those pieces, so this errs
+//   high by at most what they take.
+// - With expandable segments a budget holds whole granules only (11.8 MiB
+//   maps five granules of 2 MiB), so memory_runtime::lowest_floor_bytes()
+//   rounds the floor up to whole ones. Measured: docs/decisions.md,
+//   "Resident floor".
 
 #include <algorithm>
 #include <cstddef>
