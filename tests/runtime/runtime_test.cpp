@@ -281,6 +281,33 @@ TEST(Runtime, AStaleStorageStaysWhenTheHostPoolIsFull) {
   rt.check_invariants();
 }
 
+// Note [DTR is recompute only]: dtr drops what it can drop first, whatever
+// the host pool holds; only what cannot be recomputed is swapped, and a full
+// pool keeps it resident.
+TEST(Runtime, DtrDropsFirstAndAFullHostPoolOnlyKeepsWhatCannotBeDropped) {
+  for (const std::size_t host : {std::size_t{1}, std::size_t{64} * MiB}) {
+    runtime_rig rig({.host_budget = host});
+    memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, with_policy(policy_kind::dtr));
+    fake_binding lent(rig, 1 * MiB, 3);
+    const tensor_id a = rt.track(lent, lent.bytes(), rig.compute, 0);  // never recomputable
+    rig.clk.advance(100);
+    fake_binding act(rig, 1 * MiB, 4);
+    const tensor_id b = rt.track(act, act.bytes(), rig.compute, 1000);
+    rig.clk.advance(100);
+    EXPECT_EQ(rt.reclaim(1, rig.compute), act.bytes()) << host;
+    EXPECT_EQ(rt.state(b), tensor_state::dropped) << host;
+    EXPECT_EQ(rt.state(a), tensor_state::resident) << host;
+    const bool room = host > 1;
+    EXPECT_EQ(rt.reclaim(1, rig.compute), room ? lent.bytes() : 0u) << host;
+    EXPECT_EQ(rt.state(a), room ? tensor_state::on_host : tensor_state::resident) << host;
+    rt.access(b);
+    rt.access(a);
+    EXPECT_TRUE(act.verify());
+    EXPECT_TRUE(lent.verify());
+    rt.check_invariants();
+  }
+}
+
 // The copy still reads the storage the binding frees after untrack: the
 // allocator keeps it until the copy is done, and the host never waits.
 TEST(Runtime, UntrackWhileOffloadingGuardsTheStorageWithoutWaiting) {
