@@ -13,7 +13,8 @@ double dtr_policy::score(const managed_tensor& t, const policy_context& ctx) {
   if (!droppable(t)) return std::numeric_limits<double>::infinity();
   std::int64_t cost = t.recompute_cost_ns;
   if (ctx.graph != nullptr) cost += ctx.graph->neighbourhood_cost(t.id);
-  const double staleness = static_cast<double>(std::max<std::int64_t>(ctx.now_ns - t.last_access_ns, 0) + 1);
+  // Note [DTR's staleness] in dtr_policy.hpp: from the request, not the access.
+  const double staleness = static_cast<double>(std::max<std::int64_t>(ctx.now_ns - t.last_request_ns, 0) + 1);
   const double bytes = static_cast<double>(std::max<std::size_t>(t.bytes, 1));
   return static_cast<double>(cost) / (bytes * staleness);
 }

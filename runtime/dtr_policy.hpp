@@ -5,8 +5,9 @@
 //     h(t) = (cost(t) + cost of t's evicted neighbourhood) / (bytes(t) x staleness(t))
 // where the neighbourhood is priced by equivalence classes (Note [Evicted
 // neighbourhood] in lineage.hpp) and staleness is the time since t's last
-// use. Every candidate is scored, as DTR's simulator does (its prototype
-// samples), for policy time linear in the candidates: sampling 32 (Note
+// use was asked for (Note [DTR's staleness]). Every candidate is scored, as
+// DTR's simulator does (its prototype samples), for policy time linear in
+// the candidates: sampling 32 (Note
 // [Cheap victim choice], what the other scoring policies do) ran up to 1.9%
 // above DTR's figures on its logs where scoring all comes within 0.6%
 // (ResNet-32) and 1.2% (Transformer) down to 0.4 (bench/results/sim_dtr.md).
@@ -31,6 +32,29 @@
 // strand blocks), and the score is read on the runtime's clock. Measured
 // against DTR's figures, with the cells that differ (at 0.2 of the peak):
 // bench/results/sim_dtr.md.
+//
+// Note [DTR's staleness]
+// DTR's simulator (simrd's RuntimeV2, `last_access_int`) stamps a tensor's
+// last access when an operator or a rerun asks for it, before the
+// rematerialisations it then waits for; the runtime stamps last_access_ns
+// once the tensor is resident. The two differ by the recompute the use
+// waited for: the tensor's own, when it was dropped, and that of its
+// dropped parents. So `dtr` reads last_request_ns, the stamp taken before
+// ensure_resident, and the other policies keep last_access_ns. (DTR stamps
+// all of an operator's inputs at once; tp stamps each as it is asked for,
+// after the restores of the inputs before it: a smaller difference, left.)
+// It decides DTR's ResNet-32 log at 0.2. Stamped after the restore, the
+// score of a relu output recomputed at op 20 was 7% higher at op 28 than
+// DTR's (staleness 8.18 ms instead of 8.79 ms: its own 0.62 ms recompute),
+// so another tensor was dropped first; from there the replay drifted from
+// DTR's until, at op 242, it dropped a gradient whose parents were freed
+// one by one afterwards, so that its rerun at op 247 re-created every
+// gradient back to the loss and the activations they read (308
+// re-creations there; 2.465x against DTR's 1.332x). Stamped at the
+// request, `dtr` drops what DTR's simulator drops, in the same order and
+// with the same scores, for the first 122 of DTR's 198 drops and
+// recomputes, into the backward, and runs 1.325x (bench/results/
+// sim_dtr.md).
 
 #include "runtime/eviction_policy.hpp"
 

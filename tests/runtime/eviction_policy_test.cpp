@@ -41,6 +41,7 @@ struct scripted {
     t.binding = &bindings.back();
     t.bytes = bytes;
     t.last_access_ns = last_access;
+    t.last_request_ns = last_access;
     t.recompute_cost_ns = cost;
     t.ordinal = tensors.size() - 1;
     set.add(t);
@@ -92,6 +93,19 @@ TEST(DtrPolicy, ScoresEveryCandidate) {
   const auto c = p.choose(s.ctx(10000));
   ASSERT_TRUE(c);
   EXPECT_EQ(c->victim, &oldest);
+}
+
+// Note [DTR's staleness]: from the last request, as DTR's simulator stamps
+// it, not from the end of the restore that request waited for.
+TEST(DtrPolicy, StalenessRunsFromTheLastRequest) {
+  scripted s;
+  managed_tensor& waited = s.add(100, 150, 1000);  // used at 150 after a restore asked for at 10
+  waited.last_request_ns = 10;
+  s.add(100, 50, 1000);
+  dtr_policy p;
+  const auto c = p.choose(s.ctx(200));
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->victim, &waited);
 }
 
 TEST(DtrPolicy, AdjacentVictimWinsATie) {

@@ -78,13 +78,17 @@ TEST_P(Reference, TheDefaultPolicyIsAtOrBelowDtrsOwnSimulatorAtEveryBudget) {
 
 // `dtr` is DTR (issue 32 item 5; Note [DTR is recompute only] in
 // runtime/dtr_policy.hpp): it fits wherever DTR's simulator does, never
-// swaps, and runs within 2% of DTR's figure wherever the allocator does not
-// decide. In DTR's setting (plain segments) that is every ratio but the
-// Transformer's 0.3, where plain segments strand blocks (1.339x; DTR counts
-// bytes); with expandable segments, nothing lent, that one is within 2% too.
-// At 0.2 neither holds (bench/results/sim_dtr.md: ResNet-32 2.465x in both
-// settings where DTR's simulator runs 1.332x, not explained; the Transformer
-// 5.939x on plain segments, 1.189x expandable, below DTR's 1.545x).
+// swaps, and runs within 2% of DTR's figure wherever the replay's model does
+// not decide: ResNet-32 at every ratio (0.2 too since Note [DTR's
+// staleness]: 1.325x against 1.332x) in both settings; the Transformer
+// from 0.9 to 0.3 with expandable segments and to 0.4 on plain ones. Where
+// it decides (bench/results/sim_dtr.md): the Transformer on plain segments
+// at 0.3 and 0.2, which strand blocks (1.338x and 5.640x; DTR counts
+// bytes), and at 0.2 with expandable segments, 1.189x, below DTR's 1.545x:
+// tp-sim writes in place into one storage where DTR's simulator makes a
+// new one per write and evicts the old, so DTR prices a layer norm's
+// output with its evicted neighbour (the matmul output before its bias was
+// added in place) and keeps it, where tp-sim drops it (op 164).
 TEST_P(Reference, DtrIsWithinTwoPercentOfItsReferenceAndNeverSwaps) {
   const reference_log& ref = GetParam();
   const trace t = import_dtr_file(trace_path(ref.file));
@@ -100,7 +104,7 @@ TEST_P(Reference, DtrIsWithinTwoPercentOfItsReferenceAndNeverSwaps) {
       EXPECT_EQ(r.offloaded_bytes, 0u) << setting << ", " << ratios[k];
       EXPECT_EQ(r.evictions, r.drops) << setting << ", " << ratios[k] << ": every eviction a drop";
       const bool stranded = transformer_log && !base.expandable_segments && ratios[k] < 0.35;
-      if (ratios[k] < 0.25 || stranded) continue;
+      if (stranded || (transformer_log && ratios[k] < 0.25)) continue;
       EXPECT_NEAR(r.slowdown / ref.slowdown[k], 1.0, 0.02) << setting << ", at ratio " << ratios[k];
     }
   }
@@ -146,10 +150,12 @@ TEST(NoCliffs, FittingIsMonotoneAndSlowdownDoesNotFallAsTheBudgetShrinks) {
 // No thrashing: where some policy fits under 1.5x, no policy recomputes more
 // than the step's own compute (with proactive offload off, DTR thrashed on
 // ResNet-32: docs/decisions.md; Note [Recompute limit]); in DTR's setting
-// and with the runtime's defaults. `dtr` is held to it down to 0.3 only: it
-// is DTR's heuristic, recompute only, with no recompute limit (Note [DTR is
-// recompute only]), and at 0.2 it recomputes up to 4.7x the step (its
-// figures there: DtrIsWithinTwoPercentOfItsReferenceAndNeverSwaps).
+// and with the runtime's defaults. `dtr` too, which is DTR's heuristic,
+// recompute only, with no recompute limit (Note [DTR is recompute only]),
+// but on the Transformer on plain segments at 0.2, where stranded blocks
+// make it recompute 4.6x the step at DTR's 0.2 and 7.0x at this sweep's (of
+// tp-sim's own peak; its figures at DTR's:
+// DtrIsWithinTwoPercentOfItsReferenceAndNeverSwaps).
 TEST(NoThrashing, NoPolicyRecomputesMoreThanTheStepWhereAnotherFitsUnderOneAndAHalf) {
   for (const char* file : {"dtr/resnet32-bs56.log", "dtr/transformer-bs10.log"}) {
     const trace t = import_dtr_file(trace_path(file));
@@ -168,7 +174,9 @@ TEST(NoThrashing, NoPolicyRecomputesMoreThanTheStepWhereAnotherFitsUnderOneAndAH
           for (std::size_t p = 0; p < s.points.size(); ++p) {
             const sim_report& rep = s.points[p][r].report;
             if (!rep.fits) continue;
-            if (s.policies[p] == policy_kind::dtr && s.ratios[r] < 0.25) continue;
+            const bool stranded = s.policies[p] == policy_kind::dtr && !setting.expandable_segments &&
+                                  std::string(file) == "dtr/transformer-bs10.log" && s.ratios[r] < 0.25;
+            if (stranded) continue;
             EXPECT_LE(rep.recompute_ns, rep.compute_ns)
                 << file << " " << to_string(s.policies[p]) << " at " << s.ratios[r] << (proactive ? "" : ", proactive off")
                 << (setting.expandable_segments ? ", runtime's defaults" : ", DTR's setting");
