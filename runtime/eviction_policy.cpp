@@ -34,7 +34,7 @@ policy_kind parse_policy_kind(const std::string& name) {
 std::unique_ptr<eviction_policy> make_policy(policy_kind kind, std::size_t sample_size) {
   switch (kind) {
     case policy_kind::lru: return std::make_unique<lru_policy>();
-    case policy_kind::dtr: return std::make_unique<dtr_policy>(sample_size);
+    case policy_kind::dtr: return std::make_unique<dtr_policy>();  // scores every candidate
     case policy_kind::capuchin: return std::make_unique<capuchin_policy>(sample_size);
     case policy_kind::hybrid: return std::make_unique<hybrid_policy>(sample_size);
   }

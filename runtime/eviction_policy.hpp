@@ -6,9 +6,11 @@
 // Note [Cheap victim choice]
 // choose() sees the candidates through candidate_set (O(1) random access and
 // LRU order), never a list of every tracked tensor: LRU reads the front of the
-// list, DTR and Capuchin score a random sample of k candidates, hybrid looks
-// up a plan made once per step. DTR's prototype spent more on bookkeeping than
-// on recomputation; the runtime measures choose() (stats.policy_ns).
+// list, Capuchin scores a random sample of k candidates, hybrid looks up a
+// plan made once per step. DTR scores every candidate, as DTR's simulator,
+// which it is the baseline of (dtr_policy.hpp). DTR's prototype spent more
+// on bookkeeping than on recomputation; the runtime measures choose()
+// (stats.policy_ns).
 //
 // Note [Adjacent victims]
 // Freeing neighbouring blocks frees a contiguous range, which the caching
@@ -96,6 +98,10 @@ class eviction_policy {
   /// The next victim and its action, or nullopt when candidates is empty.
   /// A drop is only chosen for a recomputable tensor.
   virtual std::optional<eviction_choice> choose(const policy_context& ctx) = 0;
+  /// True for a policy that evicts by recompute whatever it can drop (dtr,
+  /// Note [DTR is recompute only] in dtr_policy.hpp): the runtime never
+  /// turns its drops into copies (Note [Recompute limit]).
+  virtual bool recompute_only() const { return false; }
   /// Called at each step boundary with the step just recorded.
   virtual void plan_step(const step_record& /*recorded*/, const planning_inputs& /*in*/) {}
   /// The plan for the step now running, which the runtime carries out
@@ -131,8 +137,10 @@ managed_tensor* sample_min(const policy_context& ctx, std::size_t k, Score score
       best = &t, best_score = s, best_adjacent = adj;
       return;
     }
+    // An infinite score (dtr: not droppable) ties only with another: a finite
+    // one is lower, however large.
     const double scale = std::max(std::abs(s), std::abs(best_score));
-    const bool tie = std::abs(s - best_score) <= tolerance * scale;
+    const bool tie = s == best_score || (std::isfinite(scale) && std::abs(s - best_score) <= tolerance * scale);
     if ((!tie && s < best_score) || (tie && adj && !best_adjacent)) {
       best = &t, best_score = s, best_adjacent = adj;
     }

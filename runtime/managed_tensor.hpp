@@ -121,6 +121,9 @@ struct managed_tensor {
   /// streams] in transfer_engine.hpp); usually none.
   std::vector<stream_id> other_streams;
   std::int64_t last_access_ns = 0;
+  /// When its last access asked for it: last_access_ns less the restore that
+  /// access waited for (Note [DTR's staleness] in dtr_policy.hpp).
+  std::int64_t last_request_ns = 0;
   std::uint64_t access_count = 0;
   std::int64_t recompute_cost_ns = 0;  ///< 0: not recomputable
   bool evictable = true;

@@ -18,7 +18,9 @@
 // limit is well under the step's compute: 40% keeps the total under it on
 // DTR's logs and leaves their figures at the reference's ratios unchanged
 // down to 0.3 (measured: docs/decisions.md, "Recompute limit"). Recomputing
-// less than that never meets the limit.
+// less than that never meets the limit. A recompute-only policy (dtr, Note
+// [DTR is recompute only]) has no limit: it is the baseline that recomputes
+// whatever DTR's heuristic would, thrash included.
 
 #include <algorithm>
 #include <cstdint>

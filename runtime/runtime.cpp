@@ -57,6 +57,7 @@ tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, str
   t->bytes = bytes;
   t->stream = stream;
   t->last_access_ns = now;
+  t->last_request_ns = now;
   t->recompute_cost_ns = recompute_cost_ns > 0 ? recompute_cost_ns : 0;
   t->evictable = evictable;
   // Note [Reruns are not recorded]

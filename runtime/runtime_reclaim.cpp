@@ -27,7 +27,7 @@ std::optional<eviction_choice> memory_runtime::choose_locked(std::size_t bytes_n
   // Policy cost is CPU time, so it is read from the wall clock, not clock_.
   const auto t0 = std::chrono::steady_clock::now();
   auto choice = policy_->choose(ctx);
-  if (choice && choice->action == eviction_action::drop && recompute_limit_.over()) {
+  if (choice && choice->action == eviction_action::drop && !policy_->recompute_only() && recompute_limit_.over()) {
     choice->action = eviction_action::swap;  // Note [Recompute limit]
     ++stats_.recompute_limited;
   }

@@ -39,7 +39,9 @@ void memory_runtime::note_stream(managed_tensor& t, stream_id on) {
 void memory_runtime::access_locked(managed_tensor& t, stream_id on, lock_type& lock) {
   poll_locked();
   note_stream(t, on);  // before a restore: its copy makes every user stream wait
+  const std::int64_t requested = clock_.now_ns();  // Note [DTR's staleness] in dtr_policy.hpp
   ensure_resident_locked(t, on, lock);
+  t.last_request_ns = requested;
   t.last_access_ns = clock_.now_ns();
   ++t.access_count;
   candidates_.touch(t);

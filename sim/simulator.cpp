@@ -77,6 +77,7 @@ class replay {
  public:
   replay(const trace& t, const sim_options& o)
       : t_(t), o_(o), plan_(recompute_plan::build(t)), segment_prefix_(segment_prefix_ns(t, o.segment_depth)),
+        segment_call_(segment_call_of(t, o.segment_depth)),
         lending_(o.lend ? lend_plan::build(t) : lend_plan{}),
         sim_dev_(device_options(o), clk_),
         dev_(sim_dev_, huge_bytes, huge_bytes),
@@ -165,7 +166,7 @@ class replay {
     {
       const op_record& op = t_.ops[plan_.producer[index]];
       pin_guard pins(*rt_);
-      pin_inputs(op, index, depth, pins);
+      pin_inputs(op, index, depth, pins, segment_call_[plan_.producer[index]]);
       p = allocate(t_.storages[index].bytes);
       run_for(segment_prefix_[plan_.producer[index]] + op.time_ns, recompute_ns_);
     }
@@ -236,11 +237,18 @@ class replay {
   // Pins every tracked storage op reads or writes, except `skip` (the one
   // being re-created), re-creating freed ones first (Note [Re-created
   // storages]).
-  void pin_inputs(const op_record& op, std::size_t skip, int depth, pin_guard& pins) {
+  // `rerun`: the segment call a rerun runs op in (Note [Segment recompute
+  // in the simulator]), whose own outputs it computes on the way: they are
+  // not pinned.
+  void pin_inputs(const op_record& op, std::size_t skip, int depth, pin_guard& pins, std::size_t rerun = no_call) {
     for (const auto* list : {&op.inputs, &op.mutates}) {
       for (storage_id id : *list) {
         const std::size_t i = t_.index_of(id);
         if (i == skip) continue;
+        if (rerun != no_call && plan_.producer[i] != recompute_plan::no_producer &&
+            segment_call_[plan_.producer[i]] == rerun) {
+          continue;
+        }
         slot& in = live_[i];
         if (!in.binding && !in.alive) {
           void* p = recompute(i, depth + 1);
@@ -345,6 +353,7 @@ class replay {
   const sim_options o_;
   const recompute_plan plan_;
   const std::vector<std::int64_t> segment_prefix_;  // Note [Segment recompute in the simulator]
+  const std::vector<std::size_t> segment_call_;
   const lend_plan lending_;
   host_clock clk_;
   simulated_device sim_dev_;

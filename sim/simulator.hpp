@@ -94,10 +94,9 @@ struct sim_options {
   /// caching_allocator_options::max_split_size (PyTorch's max_split_size_mb).
   std::size_t max_split_size = config{}.max_split_size.value_or(SIZE_MAX);
   /// The allocator's segments: expandable, as the live default (plain for
-  /// the comparisons with DTR's simulator, bench/results/sim_dtr.md). Known
-  /// interplay, not yet resolved: with expandable segments the dtr policy
-  /// without proactive offload thrashes on DTR's ResNet-32 log at 0.2
-  /// (measured: docs/decisions.md, sim_options::expandable_segments).
+  /// the comparisons with DTR's simulator, bench/results/sim_dtr.md, where
+  /// recompute-only dtr thrashes on DTR's Transformer log at 0.2 on plain
+  /// segments only: they strand blocks).
   bool expandable_segments = config{}.expandable_segments;
   /// Note [Lending in the simulator] (sim/lend_plan.hpp): on, as tp.budget()
   /// and manage:all lend; off as manage:activations.

@@ -41,6 +41,7 @@ struct scripted {
     t.binding = &bindings.back();
     t.bytes = bytes;
     t.last_access_ns = last_access;
+    t.last_request_ns = last_access;
     t.recompute_cost_ns = cost;
     t.ordinal = tensors.size() - 1;
     set.add(t);
@@ -75,29 +76,43 @@ TEST(DtrPolicy, PicksTheLowestCostOverBytesTimesStaleness) {
   s.add(100, 90, 1000);                        // 1000 / (100 * 11)  = 0.91
   managed_tensor& cheap = s.add(400, 50, 800);  // 800 / (400 * 51)  = 0.039
   s.add(400, 0, 100000);                        // 100000 / (400*101) = 2.5
-  dtr_policy p(32);
+  dtr_policy p;
   const auto c = p.choose(s.ctx(100));
   ASSERT_TRUE(c);
   EXPECT_EQ(c->victim, &cheap);
   EXPECT_EQ(c->action, eviction_action::drop);
 }
 
-TEST(DtrPolicy, SamplesOnlyKCandidates) {
+// As DTR's simulator: every candidate is scored, so the global minimum is
+// found however many there are (a sample of 32 would miss it almost always).
+TEST(DtrPolicy, ScoresEveryCandidate) {
   scripted s;
-  for (int i = 0; i < 10000; ++i) s.add(100, i, 1000);
-  dtr_policy p(8);
-  // The oldest tensor is the global minimum; 8 samples rarely find it, but
-  // always find something far better than the median.
+  for (int i = 1; i <= 10000; ++i) s.add(100, i, 1000);
+  managed_tensor& oldest = s.add(100, 0, 1000);
+  dtr_policy p;
   const auto c = p.choose(s.ctx(10000));
   ASSERT_TRUE(c);
-  EXPECT_LT(c->victim->last_access_ns, 9000);
+  EXPECT_EQ(c->victim, &oldest);
+}
+
+// Note [DTR's staleness]: from the last request, as DTR's simulator stamps
+// it, not from the end of the restore that request waited for.
+TEST(DtrPolicy, StalenessRunsFromTheLastRequest) {
+  scripted s;
+  managed_tensor& waited = s.add(100, 150, 1000);  // used at 150 after a restore asked for at 10
+  waited.last_request_ns = 10;
+  s.add(100, 50, 1000);
+  dtr_policy p;
+  const auto c = p.choose(s.ctx(200));
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->victim, &waited);
 }
 
 TEST(DtrPolicy, AdjacentVictimWinsATie) {
   scripted s;
   s.add(256, 0, 1000, 0x1000);
   managed_tensor& next_door = s.add(256, 0, 1000, 0x2100);
-  dtr_policy p(32);
+  dtr_policy p;
   const auto c = p.choose(s.ctx(100, nullptr, 0, 0x2000, 0x2100));
   EXPECT_EQ(c->victim, &next_door);
 }
@@ -180,7 +195,7 @@ TEST(DtrPolicy, PricesTheEvictedNeighbourhoodAndDropsWhileItCan) {
   auto ctx = s.ctx(100);
   ctx.graph = &g;
   EXPECT_GT(dtr_policy::score(a, ctx), dtr_policy::score(b, ctx));
-  dtr_policy p(32);
+  dtr_policy p;
   for (int i = 0; i < 2; ++i) {
     const auto v = p.choose(ctx);
     ASSERT_TRUE(v);
@@ -190,7 +205,8 @@ TEST(DtrPolicy, PricesTheEvictedNeighbourhoodAndDropsWhileItCan) {
   }
   EXPECT_EQ(p.choose(ctx)->victim, &a);
   s.set.remove(a);
-  // Nothing recomputable left (a lent parameter, say): the stalest is swapped.
+  // Nothing recomputable left (a lent parameter, say): the stalest is swapped
+  // (Note [DTR is recompute only]).
   managed_tensor& fresh = s.add(1000, 50, 0);
   managed_tensor& stale = s.add(1000, 10, 0);
   const auto last = p.choose(ctx);
@@ -200,6 +216,43 @@ TEST(DtrPolicy, PricesTheEvictedNeighbourhoodAndDropsWhileItCan) {
   s.set.remove(stale);
   s.set.remove(fresh);
   EXPECT_FALSE(p.choose(ctx).has_value()) << "no candidate";
+}
+
+/// A binding whose storage changed since it was saved: it cannot be rerun.
+class unrepeatable_binding final : public storage_binding {
+ public:
+  void* device_ptr() const override { return nullptr; }
+  void release_device() noexcept override {}
+  void* allocate_device(std::size_t, stream_id) override { return nullptr; }
+  void recompute() override {}
+  bool can_recompute() const noexcept override { return false; }
+};
+
+// Note [DTR is recompute only]: while anything can be dropped, what cannot
+// (not recomputable, or changed since its recompute was set up) is no
+// victim, however stale or large; the drop is found behind a thousand such
+// candidates, where a sample of 32 would miss it.
+TEST(DtrPolicy, DropsWhileAnythingCanBeDropped) {
+  scripted s;
+  for (int i = 0; i < 1000; ++i) s.add(1000, 0, 0);  // lent, say: not recomputable
+  unrepeatable_binding changed;
+  managed_tensor& rewritten = s.add(1 << 20, 0, 100);
+  rewritten.binding = &changed;
+  managed_tensor& only = s.add(10, 99, 1'000'000);  // the dearest score, and the only droppable one
+  dtr_policy p;
+  EXPECT_TRUE(p.recompute_only());
+  for (int i = 0; i < 5; ++i) {
+    const auto c = p.choose(s.ctx(100));
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->victim, &only);
+    EXPECT_EQ(c->action, eviction_action::drop);
+  }
+  s.set.remove(only);
+  const auto c = p.choose(s.ctx(100));
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->action, eviction_action::swap);
+  EXPECT_FALSE(make_policy(policy_kind::hybrid)->recompute_only());
+  EXPECT_FALSE(make_policy(policy_kind::lru)->recompute_only());
 }
 
 TEST(EvictionPolicy, ParsesNamesAndRejectsUnknownOnes) {

@@ -281,6 +281,58 @@ TEST(Runtime, AStaleStorageStaysWhenTheHostPoolIsFull) {
   rt.check_invariants();
 }
 
+// Note [DTR is recompute only]: dtr drops what it can drop first, whatever
+// the host pool holds; only what cannot be recomputed is swapped, and a full
+// pool keeps it resident.
+TEST(Runtime, DtrDropsFirstAndAFullHostPoolOnlyKeepsWhatCannotBeDropped) {
+  for (const std::size_t host : {std::size_t{1}, std::size_t{64} * MiB}) {
+    runtime_rig rig({.host_budget = host});
+    memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, with_policy(policy_kind::dtr));
+    fake_binding lent(rig, 1 * MiB, 3);
+    const tensor_id a = rt.track(lent, lent.bytes(), rig.compute, 0);  // never recomputable
+    rig.clk.advance(100);
+    fake_binding act(rig, 1 * MiB, 4);
+    const tensor_id b = rt.track(act, act.bytes(), rig.compute, 1000);
+    rig.clk.advance(100);
+    EXPECT_EQ(rt.reclaim(1, rig.compute), act.bytes()) << host;
+    EXPECT_EQ(rt.state(b), tensor_state::dropped) << host;
+    EXPECT_EQ(rt.state(a), tensor_state::resident) << host;
+    const bool room = host > 1;
+    EXPECT_EQ(rt.reclaim(1, rig.compute), room ? lent.bytes() : 0u) << host;
+    EXPECT_EQ(rt.state(a), room ? tensor_state::on_host : tensor_state::resident) << host;
+    rt.access(b);
+    rt.access(a);
+    EXPECT_TRUE(act.verify());
+    EXPECT_TRUE(lent.verify());
+    rt.check_invariants();
+  }
+}
+
+// Note [DTR's staleness]: a tensor's staleness runs from when its last use
+// asked for it, not from when its recompute for that use was done.
+TEST(Runtime, DtrStalenessRunsFromTheRequestNotTheEndOfTheRecompute) {
+  runtime_rig rig;
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, with_policy(policy_kind::dtr));
+  fake_binding a(rig, 1 * MiB, 3);
+  a.recompute_ns = 5000;
+  const tensor_id ida = rt.track(a, a.bytes(), rig.compute, 1000);
+  rig.clk.advance(100);
+  EXPECT_EQ(rt.reclaim(1, rig.compute), a.bytes());
+  ASSERT_EQ(rt.state(ida), tensor_state::dropped);
+  rig.clk.advance(100);
+  fake_binding b(rig, 1 * MiB, 4);
+  const tensor_id idb = rt.track(b, b.bytes(), rig.compute, 2000);  // at 200
+  rig.clk.advance(100);
+  rt.access(ida);  // asked for at 300, resident at 5300
+  EXPECT_EQ(rig.clk.now_ns(), 5300);
+  // a: 1000 / (5000 + 1); b: 2000 / (5100 + 1). Stamped once resident, a
+  // would score 1000 / 1 and b would go.
+  EXPECT_EQ(rt.reclaim(1, rig.compute), a.bytes());
+  EXPECT_EQ(rt.state(ida), tensor_state::dropped);
+  EXPECT_EQ(rt.state(idb), tensor_state::resident);
+  rt.check_invariants();
+}
+
 // The copy still reads the storage the binding frees after untrack: the
 // allocator keeps it until the copy is done, and the host never waits.
 TEST(Runtime, UntrackWhileOffloadingGuardsTheStorageWithoutWaiting) {

@@ -86,6 +86,7 @@ class fake_binding final : public storage_binding {
   void recompute() override {
     ptr_ = rig_.alloc.allocate(bytes_, rig_.compute);
     fill();
+    rig_.clk.advance(recompute_ns);
     ++recomputes;
   }
 
@@ -108,6 +109,8 @@ class fake_binding final : public storage_binding {
   }
   std::size_t bytes() const { return bytes_; }
   int releases = 0;
+  /// Host time a recompute() takes on rig.clk.
+  std::int64_t recompute_ns = 0;
   int recomputes = 0;
   bool shared = false;  ///< can_release() answers !shared, as a storage torch still holds
   bool stale = false;   ///< can_recompute() answers !stale, as a storage changed in place since

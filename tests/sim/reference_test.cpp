@@ -76,27 +76,36 @@ TEST_P(Reference, TheDefaultPolicyIsAtOrBelowDtrsOwnSimulatorAtEveryBudget) {
   }
 }
 
-// Faithful DTR: within 5% of its reference wherever the caching allocator's
-// fragmentation does not decide. On the Transformer at 0.3 and 0.2 it does
-// (bench/results/sim_dtr.md): with blocks of 20 MiB and more never split
-// (PyTorch's max_split_size), 0.3 comes within 5% as well. In DTR's setting
-// only: with the runtime's defaults `dtr` runs ResNet-32 at 0.2 in 1.418x,
-// 6.5% above the reference (docs/simulator.md, "Simulator and runtime").
-TEST_P(Reference, DtrIsWithinFivePercentOfItsReference) {
+// `dtr` is DTR (issue 32 item 5; Note [DTR is recompute only] in
+// runtime/dtr_policy.hpp): it fits wherever DTR's simulator does, never
+// swaps, and runs within 2% of DTR's figure wherever the replay's model does
+// not decide: ResNet-32 at every ratio (0.2 too since Note [DTR's
+// staleness]: 1.325x against 1.332x) in both settings; the Transformer
+// from 0.9 to 0.3 with expandable segments and to 0.4 on plain ones. Where
+// it decides (bench/results/sim_dtr.md): the Transformer on plain segments
+// at 0.3 and 0.2, which strand blocks (1.338x and 5.640x; DTR counts
+// bytes), and at 0.2 with expandable segments, 1.189x, below DTR's 1.545x:
+// tp-sim writes in place into one storage where DTR's simulator makes a
+// new one per write and evicts the old, so DTR prices a layer norm's
+// output with its evicted neighbour (the matmul output before its bias was
+// added in place) and keeps it, where tp-sim drops it (op 164).
+TEST_P(Reference, DtrIsWithinTwoPercentOfItsReferenceAndNeverSwaps) {
   const reference_log& ref = GetParam();
   const trace t = import_dtr_file(trace_path(ref.file));
-  const sim_report free_run = simulate(t, dtr_setting());
   const bool transformer_log = ref.peak_bytes == transformer.peak_bytes;
-  for (std::size_t k = 0; k < ratios.size(); ++k) {
-    const bool fragmented = transformer_log && ratios[k] < 0.35;
-    if (fragmented && ratios[k] < 0.25) continue;
-    const sim_report r = run(t, free_run, ref, ratios[k], policy_kind::dtr, fragmented ? 20u << 20 : SIZE_MAX);
-    ASSERT_TRUE(r.fits) << ratios[k] << ": " << r.failure;
-    EXPECT_NEAR(r.slowdown / ref.slowdown[k], 1.0, 0.05) << "at ratio " << ratios[k];
-    // DTR recomputes only; at 0.2 the runtime's Note [Recompute limit] turns
-    // some of its drops into swaps.
-    if (ratios[k] > 0.25) {
-      EXPECT_EQ(r.offloaded_bytes, 0u) << "DTR recomputes only, at " << ratios[k];
+  sim_options expandable = dtr_setting();
+  expandable.expandable_segments = true;
+  for (const sim_options& base : {dtr_setting(), expandable}) {
+    const char* setting = base.expandable_segments ? "expandable, nothing lent" : "DTR's setting";
+    const sim_report free_run = simulate(t, base);
+    for (std::size_t k = 0; k < ratios.size(); ++k) {
+      const sim_report r = run(t, free_run, ref, ratios[k], policy_kind::dtr, SIZE_MAX, base);
+      ASSERT_TRUE(r.fits) << setting << ", " << ratios[k] << ": " << r.failure;
+      EXPECT_EQ(r.offloaded_bytes, 0u) << setting << ", " << ratios[k];
+      EXPECT_EQ(r.evictions, r.drops) << setting << ", " << ratios[k] << ": every eviction a drop";
+      const bool stranded = transformer_log && !base.expandable_segments && ratios[k] < 0.35;
+      if (stranded || (transformer_log && ratios[k] < 0.25)) continue;
+      EXPECT_NEAR(r.slowdown / ref.slowdown[k], 1.0, 0.02) << setting << ", at ratio " << ratios[k];
     }
   }
 }
@@ -141,10 +150,12 @@ TEST(NoCliffs, FittingIsMonotoneAndSlowdownDoesNotFallAsTheBudgetShrinks) {
 // No thrashing: where some policy fits under 1.5x, no policy recomputes more
 // than the step's own compute (with proactive offload off, DTR thrashed on
 // ResNet-32: docs/decisions.md; Note [Recompute limit]); in DTR's setting
-// and with the runtime's defaults. One known exception with the defaults:
-// `dtr` with proactive offload off on ResNet-32 at 0.2 recomputes 1.08x the
-// step's compute (expandable segments: docs/decisions.md,
-// sim_options::expandable_segments; issue 32 item 3), held to 1.1x here.
+// and with the runtime's defaults. `dtr` too, which is DTR's heuristic,
+// recompute only, with no recompute limit (Note [DTR is recompute only]),
+// but on the Transformer on plain segments at 0.2, where stranded blocks
+// make it recompute 4.6x the step at DTR's 0.2 and 7.0x at this sweep's (of
+// tp-sim's own peak; its figures at DTR's:
+// DtrIsWithinTwoPercentOfItsReferenceAndNeverSwaps).
 TEST(NoThrashing, NoPolicyRecomputesMoreThanTheStepWhereAnotherFitsUnderOneAndAHalf) {
   for (const char* file : {"dtr/resnet32-bs56.log", "dtr/transformer-bs10.log"}) {
     const trace t = import_dtr_file(trace_path(file));
@@ -163,9 +174,10 @@ TEST(NoThrashing, NoPolicyRecomputesMoreThanTheStepWhereAnotherFitsUnderOneAndAH
           for (std::size_t p = 0; p < s.points.size(); ++p) {
             const sim_report& rep = s.points[p][r].report;
             if (!rep.fits) continue;
-            const bool known = setting.expandable_segments && !proactive && s.policies[p] == policy_kind::dtr &&
-                               std::string(file) == "dtr/resnet32-bs56.log" && s.ratios[r] < 0.25;
-            EXPECT_LE(static_cast<double>(rep.recompute_ns), static_cast<double>(rep.compute_ns) * (known ? 1.1 : 1.0))
+            const bool stranded = s.policies[p] == policy_kind::dtr && !setting.expandable_segments &&
+                                  std::string(file) == "dtr/transformer-bs10.log" && s.ratios[r] < 0.25;
+            if (stranded) continue;
+            EXPECT_LE(rep.recompute_ns, rep.compute_ns)
                 << file << " " << to_string(s.policies[p]) << " at " << s.ratios[r] << (proactive ? "" : ", proactive off")
                 << (setting.expandable_segments ? ", runtime's defaults" : ", DTR's setting");
           }
