@@ -111,8 +111,9 @@ def test_blocks_compiled_in_place_train_exactly_at_half_the_peak(under_a_budget:
     got = under_a_budget
     assert got["losses"] and got["grads"], got
     assert got["graphs"] >= 1 and got["graph_breaks"] == 0, got  # compiled whole, the hooks outside
-    # dtr both moves and recomputes: a rerun of a block runs its compiled forward again.
-    assert got["offloads"] > 0 and got["recomputes"] > 0, got
+    # dtr recomputes: a rerun of a block runs its compiled forward again (it swaps only what can
+    # never be recomputed: Note [DTR is recompute only]).
+    assert got["recomputes"] > 0, got
     # Before: refused ("the first step held ... at once that no eviction could give back").
     assert len(got["warnings"]) == 1 and "per compiled region" in got["warnings"][0], got
 
