@@ -13,7 +13,9 @@ namespace {
 
 using namespace tp::sim::testing;
 
-TEST(SegmentCost, APrefixIsTheSameSegmentCallsEarlierForwardTime) {
+// A chain of forward ops in modules a.x, a.y | b | a.y (a new call of a) |
+// none, and a backward op in a.x.
+trace two_calls_of_a() {
   trace_builder b;
   const storage_id x = b.pre_existing(KiB);
   const storage_id a1 = b.op("a1", {x}, KiB, true, 10);
@@ -23,10 +25,14 @@ TEST(SegmentCost, APrefixIsTheSameSegmentCallsEarlierForwardTime) {
   b.op("loss", {a3}, KiB, false, 5);
   b.op("grad", {a3}, KiB, false, 7, phase::backward);
   trace t = b.build();
-  // Modules: a.x, a.y | b | a.y (a new call of a) | none | backward.
   for (const auto& [k, m] : {std::pair{0, "a.x"}, {1, "a.y"}, {2, "b"}, {3, "a.y"}, {4, ""}, {5, "a.x"}}) {
     t.ops[static_cast<std::size_t>(k)].module = m;
   }
+  return t;
+}
+
+TEST(SegmentCost, APrefixIsTheSameSegmentCallsEarlierForwardTime) {
+  trace t = two_calls_of_a();
   EXPECT_EQ(segment_prefix_ns(t, 0), (std::vector<std::int64_t>{0, 0, 0, 0, 0, 0}));
   EXPECT_EQ(segment_prefix_ns(t, 1), (std::vector<std::int64_t>{0, 10, 0, 0, 0, 0}));
   // At depth 2, a.x and a.y are calls of their own; b is in none.
@@ -36,17 +42,7 @@ TEST(SegmentCost, APrefixIsTheSameSegmentCallsEarlierForwardTime) {
 }
 
 TEST(SegmentCost, NumbersEachSegmentCall) {
-  trace_builder b;
-  const storage_id a1 = b.op("a1", {}, KiB, true, 10);
-  const storage_id a2 = b.op("a2", {a1}, KiB, true, 20);
-  const storage_id c = b.op("c", {a2}, KiB, true, 40);
-  const storage_id a3 = b.op("a3", {c}, KiB, true, 80);
-  b.op("loss", {a3}, KiB, false, 5);
-  b.op("grad", {a3}, KiB, false, 7, phase::backward);
-  trace t = b.build();
-  for (const auto& [k, m] : {std::pair{0, "a.x"}, {1, "a.y"}, {2, "b"}, {3, "a.y"}, {4, ""}, {5, "a.x"}}) {
-    t.ops[static_cast<std::size_t>(k)].module = m;
-  }
+  const trace t = two_calls_of_a();
   EXPECT_EQ(segment_call_of(t, 0), (std::vector<std::size_t>(6, no_call)));
   EXPECT_EQ(segment_call_of(t, 1), (std::vector<std::size_t>{0, 0, 1, 2, no_call, no_call}));
 }
