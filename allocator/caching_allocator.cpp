@@ -114,7 +114,10 @@ void* caching_allocator::allocate(std::size_t bytes, stream_id stream, lifetime 
   make_room(size, stream, life);
   if (block* b = try_allocate_block(size, stream, life)) return hand_out(b, size, bytes);
   if (block* b = allocate_plain_fallback(size, stream, life)) return hand_out(b, size, bytes);
-  if (!may_reclaim) return nullptr;
+  if (!may_reclaim) {
+    block* b = try_allocate_block(size, stream, life, /*last_resort=*/true);
+    return b != nullptr ? hand_out(b, size, bytes) : nullptr;
+  }
   if (block* b = borrow_block(size, stream, life)) return hand_out(b, size, bytes);  // Note [Long-lived placement]
 
   std::size_t reclaimed = 0;
@@ -139,6 +142,7 @@ void* caching_allocator::allocate(std::size_t bytes, stream_id stream, lifetime 
       if (freed == 0) break;
     }
   }
+  if (block* b = try_allocate_block(size, stream, life, /*last_resort=*/true)) return hand_out(b, size, bytes);
   throw_oom(bytes, stream, reclaimed, /*larger_than_device=*/false);
 }
 

@@ -1,5 +1,5 @@
 // Where blocks go inside expandable segments (Note [Granule-aware carving]
-// and Note [Stranded bytes serve small requests] in
+// and Note [Small requests from large blocks] in
 // caching_allocator_blocks.cpp, Note [Plans the budget can pay for] in
 // caching_allocator_expandable.cpp): placements that keep free bytes in whole
 // granules, which the allocator can unmap, and growth that fits the budget,
@@ -46,22 +46,33 @@ TEST_F(GranulePlacement, CarvesFromTheEndWhenThatLeavesMoreWholeGranulesFree) {
   for (void* p : {keep, c, d}) a.deallocate(p);
 }
 
-// Note [Stranded bytes serve small requests]
-TEST_F(GranulePlacement, ASmallRequestTakesTheFreeTailOfAGranuleBeforeMappingOne) {
+// Note [Small requests from large blocks]: a small request maps a small
+// granule rather than take the stranded tail of a large one, which it would
+// keep mapped after the large block is gone; it takes the tail only when
+// nothing else serves it.
+TEST_F(GranulePlacement, ASmallRequestTakesTheFreeTailOfAGranuleOnlyAsTheLastResort) {
   caching_allocator a(rig_.dev, expandable());
   void* l = a.allocate(3 * MiB);  // maps [0, 4): [3, 4) is free and can never be unmapped
   void* s = a.allocate(100 * KiB);
-  EXPECT_EQ(addr(s), addr(l) + 3 * MiB);
+  EXPECT_NE(addr(s), addr(l) + 3 * MiB);
   allocator_stats st = a.stats();
-  EXPECT_EQ(st.reserved_bytes.of(pool_kind::small).current, 0);  // no small granule mapped
-  EXPECT_EQ(st.reserved_bytes.all().current, std::int64_t(4 * MiB));
-  // A free large block with a whole granule inside stays for large requests.
-  void* m = a.allocate(4 * MiB + MiB / 2);  // [3.1, 7.6) and a tail up to 8
-  a.deallocate(m);                           // free: [3.1, 8), whole granules [4, 8)
-  void* t = a.allocate(100 * KiB);
-  st = a.stats();
   EXPECT_EQ(st.reserved_bytes.of(pool_kind::small).current, std::int64_t(2 * MiB));
-  for (void* p : {l, s, t}) a.deallocate(p);
+  a.deallocate(l);  // the large granules empty: whole, they can be unmapped
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes.all().current, std::int64_t(2 * MiB));
+  a.deallocate(s);
+  a.empty_cache();
+
+  // Under a budget of the large block's granules, with nothing to evict: the tail.
+  caching_allocator b(rig_.dev, expandable());
+  b.set_budget(4 * MiB);
+  void* l2 = b.allocate(3 * MiB);
+  void* s2 = b.allocate(100 * KiB);
+  EXPECT_EQ(addr(s2), addr(l2) + 3 * MiB);
+  st = b.stats();
+  EXPECT_EQ(st.reserved_bytes.of(pool_kind::small).current, 0);
+  EXPECT_EQ(st.reserved_bytes.all().current, std::int64_t(4 * MiB));
+  for (void* p : {l2, s2}) b.deallocate(p);
 }
 
 // Note [Granule-aware carving]: a request of whole granules goes on a
