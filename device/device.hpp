@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace tp {
@@ -108,6 +109,19 @@ class device {
   /// Makes future work on stream wait for the event's current record, without
   /// blocking the host.
   virtual void stream_wait_event(stream_id stream, event_id event) = 0;
+
+  // --- timing (Note [Copy cost model] in runtime/copy_cost_model.hpp) --------
+
+  /// Creates an event that elapsed_ns can time, as create_event's otherwise.
+  /// On CUDA such an event costs more to record: callers use it only where
+  /// they time something. Destroyed with destroy_event.
+  virtual event_id create_timing_event() { return create_event(); }
+  /// The device time from start's most recent record to end's, in ns.
+  /// Requires: both from create_timing_event, recorded, and complete
+  /// (query_event). nullopt when this device keeps no such time (the
+  /// default; a simulated device with no copy model; a driver without
+  /// cuEventElapsedTime).
+  virtual std::optional<std::int64_t> elapsed_ns(event_id /*start*/, event_id /*end*/) { return std::nullopt; }
 
   // --- copies --------------------------------------------------------------
 

@@ -12,7 +12,7 @@ event_id event_pool::take() {
     free_.pop_back();
     return e;
   }
-  const event_id e = dev_.create_event();
+  const event_id e = timing_ ? dev_.create_timing_event() : dev_.create_event();
   all_.push_back(e);
   return e;
 }

@@ -23,14 +23,15 @@ namespace tp {
 /// created, exactly once; the owner must not use them afterwards.
 class event_pool {
  public:
-  explicit event_pool(device& dev) : dev_(dev) {}
+  /// timing: its events come from create_timing_event (copy_timer's).
+  explicit event_pool(device& dev, bool timing = false) : dev_(dev), timing_(timing) {}
   ~event_pool();
   event_pool(const event_pool&) = delete;
   event_pool& operator=(const event_pool&) = delete;
 
   /// The event given back most recently, or a new one when none is free.
   /// A reused event keeps its last record until the caller records it again.
-  /// Throws what device::create_event throws.
+  /// Throws what device::create_event (create_timing_event) throws.
   event_id take();
   /// Makes e, from this pool's take(), free for reuse. Requires: e is not
   /// free already (each take() is given back at most once).
@@ -43,6 +44,7 @@ class event_pool {
 
  private:
   device& dev_;
+  bool timing_;
   std::vector<event_id> free_;
   std::vector<event_id> all_;
 };

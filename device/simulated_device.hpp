@@ -155,6 +155,12 @@ class simulated_device final : public device {
   /// Enqueues on stream a wait for the event's newest record; nothing when
   /// that record has retired or the event was never recorded.
   void stream_wait_event(stream_id stream, event_id event) override;
+  /// The modelled time between the two records' finishes (every event here
+  /// can time). nullopt when the device has no copy model (bandwidth and
+  /// latency 0, as behind the CPU adapter): its copies take no time, which
+  /// says nothing of a link. Throws tp::invalid_argument when either event
+  /// has no complete record.
+  std::optional<std::int64_t> elapsed_ns(event_id start, event_id end) override;
 
   /// The bytes move when the op retires. Throws tp::invalid_argument when
   /// [dst, dst + bytes) or [src, src + bytes) starts in an allocation or host

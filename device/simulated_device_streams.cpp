@@ -232,6 +232,19 @@ void simulated_device::synchronize_event(event_id event) {
   });
 }
 
+std::optional<std::int64_t> simulated_device::elapsed_ns(event_id start, event_id end) {
+  std::lock_guard lock(mu_);
+  retire_ready();
+  if (!(opts_.bandwidth_bytes_per_s > 0) && opts_.latency_ns == 0) return std::nullopt;  // no copy model
+  const std::shared_ptr<record>& a = live_event(start).latest;
+  const std::shared_ptr<record>& b = live_event(end).latest;
+  if (a == nullptr || b == nullptr || !a->retired || !b->retired) {
+    throw invalid_argument(fmt::format("elapsed_ns: events {} and {} must both be recorded and complete",
+                                       to_underlying(start), to_underlying(end)));
+  }
+  return b->finish_ns - a->finish_ns;
+}
+
 void simulated_device::stream_wait_event(stream_id stream, event_id event) {
   std::lock_guard lock(mu_);
   retire_ready();

@@ -25,17 +25,6 @@
 
 namespace tp {
 
-/// Transfer-time model used for planning (not for the copies themselves).
-struct bandwidth_model {
-  double bytes_per_s = 12e9;       ///< host<->device copy bandwidth
-  std::int64_t latency_ns = 10'000;  ///< fixed cost per copy
-  /// One copy of bytes, in ns.
-  std::int64_t transfer_ns(std::size_t bytes) const {
-    if (bytes_per_s <= 0) return latency_ns;
-    return latency_ns + static_cast<std::int64_t>(static_cast<double>(bytes) * 1e9 / bytes_per_s);
-  }
-};
-
 enum class step_event_kind : unsigned char { track, access, untrack };
 
 struct step_event {

@@ -13,7 +13,7 @@ std::optional<std::int64_t> capuchin_policy::gap_ns(const managed_tensor& t,
 }
 
 eviction_action capuchin_policy::action_for(const managed_tensor& t, const policy_context& ctx) {
-  const std::int64_t round_trip = 2 * ctx.bandwidth.transfer_ns(t.bytes);
+  const std::int64_t round_trip = ctx.copies.round_trip_ns(t.bytes);
   if (!t.recomputable()) return eviction_action::swap;
   if (const auto gap = gap_ns(t, ctx)) {
     return *gap >= round_trip ? eviction_action::swap : eviction_action::drop;

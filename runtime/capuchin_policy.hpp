@@ -1,8 +1,9 @@
 #pragma once
 // Capuchin (Peng et al., ASPLOS 2020): the victim is the sampled candidate
 // whose next use is furthest away in the recorded step (its "free time");
-// it is swapped when the round trip (out and back, bandwidth_model) hides
-// under that gap, else dropped when it is recomputable, else swapped anyway.
+// it is swapped when the round trip (out and back, as measured: Note [Copy
+// cost model]) hides under that gap, else dropped when it is recomputable,
+// else swapped anyway.
 // Without a matching recorded step the gap is unknown: the candidate that has
 // been idle longest is taken, and swap wins when a round trip costs less than
 // recomputing.

@@ -29,6 +29,7 @@
 
 #include "runtime/access_recorder.hpp"
 #include "runtime/candidate_set.hpp"
+#include "runtime/copy_cost_model.hpp"
 #include "runtime/lineage.hpp"
 #include "runtime/managed_tensor.hpp"
 #include "runtime/policy_kind.hpp"
@@ -50,7 +51,8 @@ struct policy_context {
   /// current step's time, for next-use lookups (Note [Step matching]).
   const step_record* previous = nullptr;
   std::int64_t step_time_ns = 0;
-  bandwidth_model bandwidth{};
+  /// What copies cost, measured (Note [Copy cost model]).
+  copy_cost_model copies{};
   std::mt19937_64& rng;
   /// [begin, end) of the previous victim's block in this reclaim, or 0s.
   std::uintptr_t last_victim_begin = 0;
@@ -71,7 +73,8 @@ struct planning_inputs {
   /// Bytes the runtime does not manage (weights, gradients, workspace), as
   /// observed at the recorded step's peak.
   std::size_t unmanaged_bytes = 0;
-  bandwidth_model bandwidth{};
+  /// What copies cost, measured (Note [Copy cost model]).
+  copy_cost_model copies{};
 };
 
 // Note [Two ways to look ahead]

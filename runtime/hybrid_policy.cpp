@@ -8,10 +8,10 @@
 namespace tp {
 
 std::pair<eviction_action, double> hybrid_policy::price(const managed_tensor& t, const policy_context& ctx) {
-  const std::int64_t one_way = ctx.bandwidth.transfer_ns(t.bytes);
-  std::int64_t exposed = 2 * one_way;
-  if (const auto gap = capuchin_policy::gap_ns(t, ctx)) exposed = std::max<std::int64_t>(2 * one_way - std::min(*gap, 2 * one_way), 0);
-  const double swap = static_cast<double>(exposed) + static_cast<double>(one_way) / 8.0;
+  const std::int64_t round_trip = ctx.copies.round_trip_ns(t.bytes);
+  std::int64_t exposed = round_trip;
+  if (const auto gap = capuchin_policy::gap_ns(t, ctx)) exposed = round_trip - std::min(*gap, round_trip);
+  const double swap = static_cast<double>(exposed) + static_cast<double>(round_trip) / 16.0;
   if (!t.recomputable()) return {eviction_action::swap, swap};
   std::int64_t drop = t.recompute_cost_ns;
   if (ctx.graph != nullptr) drop += ctx.graph->neighbourhood_cost(t.id);
@@ -23,11 +23,12 @@ void hybrid_policy::plan_step(const step_record& recorded, const planning_inputs
   // Note [Replanning]: a step that ran under the plan without pressure, the
   // same shape and budget as the one planned from, keeps its plan.
   if (!plan_.empty() && recorded.pressure_floor_bytes == 0 && in.budget_bytes == planned_budget_ &&
-      same_shape(recorded, planned_from_)) {
+      same_shape(recorded, planned_from_) && !in.copies.differs_from(planned_copies_, replan_ratio)) {
     return;
   }
-  plan_ = make_step_plan(recorded, {in.budget_bytes, in.unmanaged_bytes, in.bandwidth});
+  plan_ = make_step_plan(recorded, {in.budget_bytes, in.unmanaged_bytes, in.copies});
   planned_budget_ = in.budget_bytes;
+  planned_copies_ = in.copies;
   planned_from_.clear();
   for (const step_tensor& t : recorded.tensors) planned_from_.push_back(t.bytes);
   planned_from_.push_back(recorded.events.size());

@@ -8,9 +8,10 @@
 // Note [Hybrid fallback]
 // A reclaim the plan did not avoid (the first step, a changed step, a
 // misprediction) samples k candidates and prices each by the cheaper of
-//   swap: the round trip not hidden under the time to its next use in the
-//         recorded step (all of it when unknown), plus an eighth of one copy
-//         so that free swaps still prefer fewer bytes on the wire;
+//   swap: the round trip (as measured: Note [Copy cost model]) not hidden
+//         under the time to its next use in the recorded step (all of it
+//         when unknown), plus a sixteenth of the round trip so that free
+//         swaps still prefer fewer bytes on the wire;
 //   drop: its recompute time plus its evicted neighbourhood (DTR's price,
 //         Note [Evicted neighbourhood]);
 // divided by bytes x staleness, as DTR does; the victim takes its cheaper
@@ -20,8 +21,11 @@
 // Planning is O(events x live tensors), a small part of a step (measured:
 // docs/decisions.md, "Replanning"), but not free. A step that ran under the plan with no reclaim (pressure_floor_bytes 0),
 // with the same tensors (count and sizes), events and budget as the step the
-// plan was made from, keeps the plan: the steady state plans once. A reclaim,
-// a new shape or a new budget makes a new plan from the step just recorded.
+// plan was made from, and copies that cost what they cost then (no size
+// class of the copy cost model moved by more than replan_ratio), keeps the
+// plan: the steady state plans once. A reclaim, a new shape, a new budget or
+// copies timed faster or slower make a new plan from the step just recorded:
+// the first plan is made from the seed, before many copies have been timed.
 
 #include <cstddef>
 #include <cstdint>
@@ -48,9 +52,14 @@ class hybrid_policy final : public eviction_policy {
  private:
   static bool same_shape(const step_record& r, const std::vector<std::size_t>& shape);
 
+  /// Note [Replanning]: how far a measured copy cost may move before the
+  /// plan is made again.
+  static constexpr double replan_ratio = 1.25;
+
   std::size_t k_;
   step_plan plan_;
   std::optional<std::size_t> planned_budget_;
+  copy_cost_model planned_copies_;
   std::vector<std::size_t> planned_from_;  // tensor sizes, then the event count
 };
 

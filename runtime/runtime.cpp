@@ -17,7 +17,7 @@ memory_runtime::memory_runtime(device& dev, runtime_allocator& alloc, pinned_hos
       alloc_(alloc),
       clock_(clk),
       opts_(std::move(opts)),
-      engine_(dev, alloc, host, opts_.offload_stream, opts_.prefetch_stream),
+      engine_(dev, alloc, host, opts_.offload_stream, opts_.prefetch_stream, opts_.bandwidth),
       recorder_(opts_.recorder),
       policy_(make_policy(opts_.policy, opts_.sample_size)),
       rng_(opts_.seed) {
@@ -210,7 +210,7 @@ void memory_runtime::plan_locked() {
   if (prev == nullptr) return;
   planning_inputs in;
   in.budget_bytes = alloc_.budget();
-  in.bandwidth = opts_.bandwidth;
+  in.copies = engine_.copy_costs();
   // Note [Step plan]: the floor is what the device held besides resident
   // tracked tensors under pressure, the largest seen so far (a step the plan
   // kept from pressure records none); before any pressure, the peak reserved
@@ -272,6 +272,11 @@ tensor_state memory_runtime::state(tensor_id id) const {
 policy_kind memory_runtime::policy() const {
   lock_type lock(mu_);
   return policy_->kind();
+}
+
+copy_cost_model memory_runtime::copy_costs() const {
+  lock_type lock(mu_);
+  return engine_.copy_costs();
 }
 
 void memory_runtime::set_policy(policy_kind kind) {

@@ -112,7 +112,9 @@ namespace tp {
 struct memory_runtime_options {
   policy_kind policy = default_policy;
   std::size_t sample_size = 32;  ///< k of the sampling policies
-  bandwidth_model bandwidth{};   ///< for planning only
+  /// What a copy costs until copies are timed on the device (Note [Copy
+  /// cost model]); planning only, the copies run as fast as they run.
+  bandwidth_model bandwidth{};
   std::optional<stream_id> offload_stream;   ///< none: the runtime creates one
   std::optional<stream_id> prefetch_stream;  ///< none: the runtime creates one
   bool prefetch_ahead = true;      ///< follow the recorded step (Note [Prefetch distance])
@@ -213,6 +215,9 @@ class memory_runtime final : public reclaimer {
   tensor_state state(tensor_id id) const;
   runtime_stats stats() const;
   policy_kind policy() const;
+  /// What copies cost on this device as timed so far (Note [Copy cost
+  /// model]): what the policy prices swaps with. Thread-safe.
+  copy_cost_model copy_costs() const;
   /// Replaces the policy (it plans from the recorded step at once).
   void set_policy(policy_kind kind);
   const eviction_policy& policy_object() const { return *policy_; }

@@ -19,7 +19,7 @@ std::optional<eviction_choice> memory_runtime::choose_locked(std::size_t bytes_n
                            bytes_needed,
                            recorder_.previous(),
                            recorder_.step_time(clock_.now_ns()),
-                           opts_.bandwidth,
+                           engine_.copy_costs(),
                            rng_,
                            begin,
                            end,

@@ -35,7 +35,8 @@ struct candidate {
   std::int64_t cost_ns = 0;
   std::size_t away_until = 0;  // event index at which it is present again
   std::size_t prefetch_at = 0;
-  std::int64_t out_ready = 0, in_deadline = 0, transfer = 0;
+  std::int64_t out_ready = 0, in_deadline = 0;
+  std::int64_t transfer_out = 0, transfer_in = 0;  // one copy each way (Note [Copy cost model])
 };
 
 /// An event where the model passes the budget, as pricing there sees it.
@@ -253,13 +254,14 @@ void step_planner::price_drop(candidate& c, const uses_around& u, const pressure
 // its copies hidden.
 void step_planner::price_swap(candidate& c, const uses_around& u, const pressure_point& p) {
   const step_tensor& st = rec_.tensors[c.ordinal];
-  const std::int64_t transfer = in_.bandwidth.transfer_ns(st.bytes);
-  const auto swap_cost = static_cast<std::int64_t>(swap_weight * static_cast<double>(2 * transfer));
+  const std::int64_t out = in_.copies.transfer_ns(copy_direction::to_host, st.bytes);
+  const std::int64_t back = in_.copies.transfer_ns(copy_direction::to_device, st.bytes);
+  const auto swap_cost = static_cast<std::int64_t>(swap_weight * static_cast<double>(out + back));
   const double per_byte = static_cast<double>(swap_cost) / static_cast<double>(std::max<std::size_t>(st.bytes, 1));
-  if (!(per_byte < c.cost_per_byte) || out_.forward(u.prev_ns, transfer, false) > p.needed_by) return;
+  if (!(per_byte < c.cost_per_byte) || out_.forward(u.prev_ns, out, false) > p.needed_by) return;
   std::optional<std::size_t> prefetch_at;
   if (u.used_again) {
-    prefetch_at = prefetch_event(p.at, u.next, transfer);
+    prefetch_at = prefetch_event(p.at, u.next, back);
     if (!prefetch_at) return;
   }
   c.action = eviction_action::swap;
@@ -269,7 +271,8 @@ void step_planner::price_swap(candidate& c, const uses_around& u, const pressure
   c.prefetch_at = u.used_again ? *prefetch_at : n_;
   c.out_ready = u.prev_ns;
   c.in_deadline = u.used_again ? t_at(u.next) : 0;
-  c.transfer = transfer;
+  c.transfer_out = out;
+  c.transfer_in = back;
 }
 
 // The last event recorded before a prefetch of `transfer` ns that ends by
@@ -299,7 +302,7 @@ std::int64_t step_planner::chain_cost(std::size_t o, std::size_t u, int depth) c
     if ((freed || away_by_drop_[p]) && pt.recompute_cost_ns > 0) {
       cost += chain_cost(p, u, depth + 1);
     } else {
-      cost += in_.bandwidth.transfer_ns(pt.bytes);
+      cost += in_.copies.transfer_ns(copy_direction::to_device, pt.bytes);
     }
   }
   return cost;
@@ -314,8 +317,8 @@ void step_planner::commit(const candidate& best, std::size_t i) {
   pe.action = best.action;
   pe.back_at = next_it != st.uses.end() ? *next_it : n_;
   if (best.action == eviction_action::swap) {
-    out_.forward(best.out_ready, best.transfer, true);
-    if (pe.back_at < n_) back_.backward(best.in_deadline, best.transfer, true);
+    out_.forward(best.out_ready, best.transfer_out, true);
+    if (pe.back_at < n_) back_.backward(best.in_deadline, best.transfer_in, true);
     pe.leave_at = *(next_it - 1);
     pe.prefetch_at = best.prefetch_at;
     plan_.swapped_bytes += st.bytes;

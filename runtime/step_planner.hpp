@@ -22,7 +22,8 @@
 //   - swap: its offload starts after its previous use, its prefetch ends by
 //     its next use, each direction a channel of the copy bandwidth shared by
 //     every planned copy (a fluid model in time buckets, Note [Planning
-//     margins] in step_planner.cpp). It helps at i only if the offload ends
+//     margins] in step_planner.cpp), each copy as long as the copies of its
+//     direction and size measured (Note [Copy cost model]). It helps at i only if the offload ends
 //     before the operator at i allocates and the prefetch starts after i; the
 //     copies then hide under compute, and it is priced at 2% of its round
 //     trip. It is away from the first event after its offload ends to the
@@ -43,6 +44,7 @@
 #include <vector>
 
 #include "runtime/access_recorder.hpp"
+#include "runtime/copy_cost_model.hpp"
 #include "runtime/managed_tensor.hpp"
 
 namespace tp {
@@ -82,7 +84,8 @@ struct step_planner_inputs {
   std::optional<std::size_t> budget_bytes;  ///< none: an empty plan
   /// Held besides tracked tensors when no pressure was recorded.
   std::size_t unmanaged_bytes = 0;
-  bandwidth_model bandwidth{};
+  /// Note [Copy cost model]: offloads priced to_host, prefetches to_device.
+  copy_cost_model copies{};
 };
 
 /// Pure: Note [Step plan] over one recorded step.

@@ -9,14 +9,15 @@ namespace tp {
 
 transfer_engine::transfer_engine(device& dev, runtime_allocator& alloc, pinned_host_pool& pool,
                                  std::optional<stream_id> offload_stream,
-                                 std::optional<stream_id> prefetch_stream)
+                                 std::optional<stream_id> prefetch_stream, bandwidth_model copy_seed)
     : dev_(dev),
       alloc_(alloc),
       pool_(pool),
       offload_(offload_stream ? *offload_stream : dev.create_stream()),
       prefetch_(prefetch_stream ? *prefetch_stream : dev.create_stream()),
       own_offload_(!offload_stream),
-      own_prefetch_(!prefetch_stream) {}
+      own_prefetch_(!prefetch_stream),
+      costs_(copy_seed) {}
 
 transfer_engine::~transfer_engine() {
   for (const deferred_free& d : deferred_) {
@@ -45,7 +46,8 @@ bool transfer_engine::start_offload(managed_tensor& t) {
     return false;
   }
   wait_for_users(t, offload_);  // Note [Offload ordering], step (1)
-  dev_.copy_async(host.ptr, t.binding->device_ptr(), t.bytes, offload_);
+  timer_.time(offload_, copy_direction::to_host, t.bytes,
+              [&] { dev_.copy_async(host.ptr, t.binding->device_ptr(), t.bytes, offload_); });
   t.copy_event = events_.take();
   t.has_copy_event = true;
   dev_.record_event(t.copy_event, offload_);
@@ -149,7 +151,8 @@ void transfer_engine::start_prefetch(managed_tensor& t) {
     events_.give(t.copy_event);
     t.has_copy_event = false;
   }
-  dev_.copy_async(dst, t.host.ptr, t.bytes, prefetch_);
+  timer_.time(prefetch_, copy_direction::to_device, t.bytes,
+              [&] { dev_.copy_async(dst, t.host.ptr, t.bytes, prefetch_); });
   t.copy_event = events_.take();
   t.has_copy_event = true;
   dev_.record_event(t.copy_event, prefetch_);
@@ -246,6 +249,7 @@ void transfer_engine::poll(std::int64_t now_ns) {
     }
   }
   deferred_.resize(kept);
+  timer_.collect(costs_);
 }
 
 }  // namespace tp

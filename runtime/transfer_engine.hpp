@@ -78,6 +78,8 @@
 #include "allocator/runtime_allocator.hpp"
 #include "device/device.hpp"
 #include "device/event_pool.hpp"
+#include "runtime/copy_cost_model.hpp"
+#include "runtime/copy_timer.hpp"
 #include "runtime/managed_tensor.hpp"
 #include "runtime/runtime_observer.hpp"
 
@@ -102,10 +104,11 @@ struct transfer_stats {
 /// created and its events.
 class transfer_engine {
  public:
-  /// Uses the given side streams, or creates them.
+  /// Uses the given side streams, or creates them. copy_seed: what copies
+  /// cost until they are timed (Note [Copy cost model]).
   transfer_engine(device& dev, runtime_allocator& alloc, pinned_host_pool& pool,
                   std::optional<stream_id> offload_stream = {},
-                  std::optional<stream_id> prefetch_stream = {});
+                  std::optional<stream_id> prefetch_stream = {}, bandwidth_model copy_seed = {});
   ~transfer_engine();
   transfer_engine(const transfer_engine&) = delete;
   transfer_engine& operator=(const transfer_engine&) = delete;
@@ -159,7 +162,8 @@ class transfer_engine {
   /// not own.
   void discard(managed_tensor& t) noexcept;
 
-  /// Frees host blocks whose copies have completed.
+  /// Frees host blocks whose copies have completed, and teaches the copy
+  /// cost model the timed copies that have (Note [Timing copies]).
   /// now_ns: the runtime's clock, for the stalls of late copies (Note [Late
   /// copies]).
   void poll(std::int64_t now_ns);
@@ -173,6 +177,9 @@ class transfer_engine {
   stream_id offload_stream() const { return offload_; }
   stream_id prefetch_stream() const { return prefetch_; }
   const transfer_stats& stats() const { return stats_; }
+  /// What copies cost on this device, as measured so far (Note [Copy cost
+  /// model]); updated by poll().
+  const copy_cost_model& copy_costs() const { return costs_; }
 
  private:
   struct deferred_free {
@@ -202,6 +209,8 @@ class transfer_engine {
   bool own_offload_;
   bool own_prefetch_;
   event_pool events_{dev_};
+  copy_timer timer_{dev_};
+  copy_cost_model costs_;
   std::vector<deferred_free> deferred_;
   transfer_stats stats_;
   runtime_observer* observer_ = nullptr;

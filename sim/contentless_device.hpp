@@ -85,6 +85,8 @@ class contentless_device final : public device {
   bool query_event(event_id e) override { return inner_.query_event(e); }
   void synchronize_event(event_id e) override { inner_.synchronize_event(e); }
   void stream_wait_event(stream_id s, event_id e) override { inner_.stream_wait_event(s, e); }
+  event_id create_timing_event() override { return inner_.create_timing_event(); }
+  std::optional<std::int64_t> elapsed_ns(event_id a, event_id b) override { return inner_.elapsed_ns(a, b); }
   memory_info memory() const override;
 
   /// Note [Copies without contents]: the same copy, and no byte moves.

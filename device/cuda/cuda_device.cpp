@@ -17,6 +17,7 @@
 
 #include "device/cuda/cuda_device.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <new>
 #include <type_traits>
@@ -250,6 +251,24 @@ void cuda_device::stream_wait_event(stream_id stream, event_id event) {
   const context_guard guard(api, handles_->context);
   api.check(api.call<&driver_api::stream_wait_event>(to_cu_stream(stream), to_cu_event(event), 0u),
             "cuStreamWaitEvent");
+}
+
+event_id cuda_device::create_timing_event() {
+  const driver_api& api = driver_->api();
+  const context_guard guard(api, handles_->context);
+  CUevent event = nullptr;
+  api.check(api.call<&driver_api::event_create>(&event, static_cast<unsigned>(CU_EVENT_DEFAULT)), "cuEventCreate");
+  return event_id{reinterpret_cast<std::uintptr_t>(event)};
+}
+
+std::optional<std::int64_t> cuda_device::elapsed_ns(event_id start, event_id end) {
+  const driver_api& api = driver_->api();
+  if (api.event_elapsed_time == nullptr) return std::nullopt;
+  const context_guard guard(api, handles_->context);
+  float ms = 0;
+  api.check(api.call<&driver_api::event_elapsed_time>(&ms, to_cu_event(start), to_cu_event(end)),
+            "cuEventElapsedTime");
+  return static_cast<std::int64_t>(std::llround(static_cast<double>(ms) * 1e6));
 }
 
 // --- copies and information ----------------------------------------------------

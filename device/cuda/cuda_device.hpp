@@ -123,6 +123,12 @@ class cuda_device final : public device {
   void synchronize_event(event_id event) override;
   /// cuStreamWaitEvent. The event may belong to another device.
   void stream_wait_event(stream_id stream, event_id event) override;
+  /// cuEventCreate(CU_EVENT_DEFAULT): an event that keeps its time.
+  event_id create_timing_event() override;
+  /// cuEventElapsedTime (resolution about 0.5 us); nullopt when the driver
+  /// lacks it. Throws tp::cuda_error for an event without timing or not
+  /// complete.
+  std::optional<std::int64_t> elapsed_ns(event_id start, event_id end) override;
 
   /// cuMemcpyAsync: the direction comes from unified addressing. Host memory
   /// that is not page-locked makes the copy synchronous with respect to the

@@ -100,6 +100,9 @@ void resolve(const proc_lookup& l, driver_api& api, const std::string& lib) {
   require(l, api.event_record, "cuEventRecord", 2000, lib);
   require(l, api.event_query, "cuEventQuery", 2000, lib);
   require(l, api.event_synchronize, "cuEventSynchronize", 2000, lib);
+  // The same ABI at both versions; CUDA 12.8's _v2 first, where the driver has it.
+  optional(l, api.event_elapsed_time, "cuEventElapsedTime", 12080);
+  if (api.event_elapsed_time == nullptr) optional(l, api.event_elapsed_time, "cuEventElapsedTime", 2000);
   optional(l, api.mem_address_reserve, "cuMemAddressReserve", 10020);
   optional(l, api.mem_address_free, "cuMemAddressFree", 10020);
   optional(l, api.mem_create, "cuMemCreate", 10020);

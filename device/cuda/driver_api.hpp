@@ -74,6 +74,8 @@ struct driver_api {
   PFN_cuEventRecord_v2000 event_record = nullptr;
   PFN_cuEventQuery_v2000 event_query = nullptr;
   PFN_cuEventSynchronize_v2000 event_synchronize = nullptr;
+  // Optional: null when the driver lacks it (copies are then not timed).
+  PFN_cuEventElapsedTime_v2000 event_elapsed_time = nullptr;
   // Virtual memory management: optional (null when the driver lacks them).
   PFN_cuMemAddressReserve_v10020 mem_address_reserve = nullptr;
   PFN_cuMemAddressFree_v10020 mem_address_free = nullptr;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -176,6 +177,22 @@ TEST(CudaDeviceOverFakeDriver, AnEventIsRecordedOnlyOnAStreamOfItsDevice) {
   dev1->destroy_event(e1);
   dev0->destroy_stream(s0);
   dev1->destroy_stream(s1);
+}
+
+// Note [Copy cost model]: copies are timed with events that keep time; an
+// allocator event (CU_EVENT_DISABLE_TIMING) cannot be, as on CUDA.
+TEST(CudaDeviceOverFakeDriver, TimingEventsKeepTimeAndOthersDoNot) {
+  auto dev = open_fake(0);
+  const tp::stream_id s = dev->create_stream();
+  const tp::event_id a = dev->create_timing_event();
+  const tp::event_id b = dev->create_timing_event();
+  const tp::event_id plain = dev->create_event();
+  for (const tp::event_id e : {a, b, plain}) dev->record_event(e, s);
+  dev->synchronize(s);
+  EXPECT_EQ(dev->elapsed_ns(a, b), std::optional<std::int64_t>{0});  // the fake's calls complete at once
+  EXPECT_THROW((void)dev->elapsed_ns(a, plain), tp::cuda_error);
+  for (const tp::event_id e : {a, b, plain}) dev->destroy_event(e);
+  dev->destroy_stream(s);
 }
 
 TEST(CudaDeviceOverFakeDriver, PeerAccessIsEnabledOnceAndAgainIsNotAnError) {

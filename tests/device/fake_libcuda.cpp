@@ -313,6 +313,7 @@ const std::vector<entry>& table() {
       TP_FAKE("cuEventRecord", 2000, event_record),
       TP_FAKE("cuEventQuery", 2000, event_query),
       TP_FAKE("cuEventSynchronize", 2000, event_synchronize),
+      TP_FAKE("cuEventElapsedTime", 2000, event_elapsed_time),
       TP_FAKE("cuMemGetAllocationGranularity", 10020, mem_get_allocation_granularity),
       TP_FAKE("cuMemAddressReserve", 10020, mem_address_reserve),
       TP_FAKE("cuMemAddressFree", 10020, mem_address_free),

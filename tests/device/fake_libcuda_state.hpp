@@ -33,6 +33,7 @@ struct stream_st {
 
 struct event_st {
   context_st* ctx = nullptr;
+  bool timing = false;  // created without CU_EVENT_DISABLE_TIMING
 };
 
 struct state_t {
@@ -97,6 +98,7 @@ CUresult CUDAAPI event_destroy(CUevent e);
 CUresult CUDAAPI event_record(CUevent e, CUstream h);
 CUresult CUDAAPI event_query(CUevent e);
 CUresult CUDAAPI event_synchronize(CUevent e);
+CUresult CUDAAPI event_elapsed_time(float* ms, CUevent start, CUevent end);
 
 // --- virtual memory (fake_libcuda_vmm.cpp) -----------------------------------------
 

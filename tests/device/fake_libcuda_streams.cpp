@@ -49,7 +49,7 @@ CUresult CUDAAPI event_create(CUevent* e, unsigned int flags) {
   if (CUresult r = enter_ctx(s); r != CUDA_SUCCESS) return r;
   if ((flags & ~0x7u) != 0) return CUDA_ERROR_INVALID_VALUE;
   lock l(s.mutex);
-  auto* ev = new event_st{current};
+  auto* ev = new event_st{current, (flags & CU_EVENT_DISABLE_TIMING) == 0};
   s.events.insert(ev);
   *e = reinterpret_cast<CUevent>(ev);
   return CUDA_SUCCESS;
@@ -84,5 +84,19 @@ CUresult CUDAAPI event_query(CUevent e) {
 }
 
 CUresult CUDAAPI event_synchronize(CUevent e) { return event_query(e); }
+
+// Every call completes before it returns: no time passes between records.
+// As CUDA, both events must keep time.
+CUresult CUDAAPI event_elapsed_time(float* ms, CUevent start, CUevent end) {
+  state_t& s = state();
+  if (CUresult r = enter_ctx(s); r != CUDA_SUCCESS) return r;
+  lock l(s.mutex);
+  for (CUevent e : {start, end}) {
+    auto* ev = reinterpret_cast<event_st*>(e);
+    if (s.events.count(ev) == 0 || !ev->timing) return CUDA_ERROR_INVALID_HANDLE;
+  }
+  *ms = 0;
+  return CUDA_SUCCESS;
+}
 
 }  // namespace tp_fake_cuda

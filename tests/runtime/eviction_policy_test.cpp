@@ -49,8 +49,8 @@ struct scripted {
   }
   policy_context ctx(std::int64_t now, const step_record* prev = nullptr, std::int64_t step_time = 0,
                      std::uintptr_t begin = 0, std::uintptr_t end = 0) {
-    bandwidth_model bw{.bytes_per_s = 1e9, .latency_ns = 0};  // 1 byte per ns
-    return policy_context{set, now, 1, prev, step_time, bw, rng, begin, end};
+    const copy_cost_model copies{{.bytes_per_s = 1e9, .latency_ns = 0}};  // 1 byte per ns
+    return policy_context{set, now, 1, prev, step_time, copies, rng, begin, end};
   }
 };
 
@@ -173,6 +173,31 @@ TEST(HybridPolicy, FallbackSwapsWhatHidesAndDropsWhatIsCheaperToRecompute) {
   ASSERT_TRUE(c);
   EXPECT_EQ(c->victim, &far);  // oldest, and free to swap
   EXPECT_EQ(c->action, eviction_action::swap);
+}
+
+// Note [Copy cost model]: the same tensor, the same configured 1 GB/s; once
+// its copies are timed 100x slower, a swap no longer hides under the gap to
+// its next use (hybrid) nor beats its recompute (capuchin without a step).
+TEST(HybridPolicy, SwapsOrDropsAsTheCopiesWereTimed) {
+  scripted s;
+  managed_tensor& far = s.add(1000, 0, 500);
+  s.add(1000, 100, 500);
+  const step_record prev = two_tensor_step();
+  policy_context ctx = s.ctx(150, &prev, 150);
+  EXPECT_EQ(hybrid_policy::price(far, ctx).first, eviction_action::swap);
+  for (const copy_direction d : {copy_direction::to_host, copy_direction::to_device}) ctx.copies.observe(d, 1000, 100'000);
+  EXPECT_EQ(hybrid_policy::price(far, ctx).first, eviction_action::drop);
+}
+
+TEST(CapuchinPolicy, SwapsOrDropsAsTheCopiesWereTimed) {
+  scripted s;
+  managed_tensor& t = s.add(1000, 0, 5000);  // recompute 5000 ns > round trip 2000 ns configured
+  policy_context ctx = s.ctx(10);
+  EXPECT_EQ(capuchin_policy::action_for(t, ctx), eviction_action::swap);
+  ctx.copies.observe(copy_direction::to_device, 1000, 4'000);  // timed: round trip 5000 ns
+  EXPECT_EQ(capuchin_policy::action_for(t, ctx), eviction_action::swap);
+  ctx.copies.observe(copy_direction::to_host, 1000, 4'000);  // 8000 ns
+  EXPECT_EQ(capuchin_policy::action_for(t, ctx), eviction_action::drop);
 }
 
 // Note [Evicted neighbourhood]: DTR prices a drop by the evicted tensors its

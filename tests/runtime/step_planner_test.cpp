@@ -35,11 +35,11 @@ step_record chain_step(int layers, std::size_t bytes, std::int64_t fwd_ns, std::
   return *r.previous();
 }
 
-step_planner_inputs inputs(std::size_t budget, double bytes_per_s = 1e9) {
+step_planner_inputs inputs(std::size_t budget, double bytes_per_s = 1e9, std::int64_t latency_ns = 0) {
   step_planner_inputs in;
   in.budget_bytes = budget;
   in.unmanaged_bytes = 0;
-  in.bandwidth = {.bytes_per_s = bytes_per_s, .latency_ns = 0};
+  in.copies = copy_cost_model{{.bytes_per_s = bytes_per_s, .latency_ns = latency_ns}};
   return in;
 }
 
@@ -94,9 +94,7 @@ TEST(StepPlanner, DropsWhatCannotHideAndIsCheapToRecompute) {
 TEST(StepPlanner, TheChoiceBetweenSwapAndRecomputeFollowsTheBandwidth) {
   const step_record r = chain_step(24, 32 * MB, 500'000, 1'000'000, 500'000);
   const auto plan_at = [&](double gb_per_s) {
-    step_planner_inputs in = inputs(12 * 32 * MB, gb_per_s * 1e9);
-    in.bandwidth.latency_ns = 10'000;
-    return make_step_plan(r, in);
+    return make_step_plan(r, inputs(12 * 32 * MB, gb_per_s * 1e9, 10'000));
   };
   const step_plan fast = plan_at(50);
   const step_plan slow = plan_at(8);
@@ -110,6 +108,34 @@ TEST(StepPlanner, TheChoiceBetweenSwapAndRecomputeFollowsTheBandwidth) {
     EXPECT_LE(p.planned_peak_bytes, 12 * 32 * MB);
     EXPECT_LE(p.added_time_ns, previous);
     previous = p.added_time_ns;
+  }
+}
+
+// The same, with the bandwidth measured instead of configured (Note [Copy
+// cost model]): configured at 50 GB/s, the copies of the step's 32 MiB
+// tensors timed at 8 GB/s one way or the other. A tensor the plan swapped
+// is recomputed instead once either direction is measured slow; and prefetches
+// are priced by the to_device class alone.
+TEST(StepPlanner, TheChoiceBetweenSwapAndRecomputeFollowsTheMeasuredBandwidth) {
+  const step_record r = chain_step(24, 32 * MB, 500'000, 1'000'000, 500'000);
+  const step_planner_inputs configured = inputs(12 * 32 * MB, 50e9, 10'000);
+  const auto measured_slow = [&](copy_direction d) {
+    step_planner_inputs in = configured;
+    for (int i = 0; i < 8; ++i) in.copies.observe(d, 32 * MB, bandwidth_model{8e9, 10'000}.transfer_ns(32 * MB));
+    return make_step_plan(r, in);
+  };
+  const step_plan fast = make_step_plan(r, configured);
+  ASSERT_GT(count(fast, eviction_action::swap), count(fast, eviction_action::drop));
+  for (const copy_direction d : {copy_direction::to_host, copy_direction::to_device}) {
+    SCOPED_TRACE(static_cast<int>(d));
+    const step_plan slow = measured_slow(d);
+    EXPECT_GT(count(slow, eviction_action::drop), count(slow, eviction_action::swap));
+    std::size_t flipped = 0;
+    for (const planned_eviction& f : fast.evictions) {
+      if (f.action != eviction_action::swap) continue;
+      for (const planned_eviction& s : slow.evictions) flipped += s.ordinal == f.ordinal && s.action == eviction_action::drop;
+    }
+    EXPECT_GT(flipped, 0u);
   }
 }
 
