@@ -53,15 +53,18 @@ class Segment:
         self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
         enabled, dtype = torch.is_autocast_enabled, torch.get_autocast_dtype
         self.autocast = (("cpu", enabled("cpu"), dtype("cpu")), ("cuda", enabled("cuda"), dtype("cuda")))
-        if type(args) is tuple and len(args) == 1 and isinstance(args[0], torch.Tensor):
-            tensors = args  # most calls: one tensor, without flatten
-        else:
-            tensors = tuple(a for a in flatten(args) if isinstance(a, torch.Tensor))
         # The input tensors, so that the pack hook knows one (Tracker.pack): alive while the forward runs.
-        self.inputs = tensors
-        self.input_keys = {k for a in tensors if (k := storage_key(a)) is not None}
         # Inference tensors have no version counter (and autograd never saves them).
-        self.input_versions = [(a, a._version) for a in tensors if not a.is_inference()]
+        if type(args) is tuple and len(args) == 1 and isinstance(args[0], torch.Tensor):
+            a = args[0]  # most calls: one tensor, without flatten or comprehensions
+            self.inputs = args
+            key = storage_key(a)
+            self.input_keys = set() if key is None else {key}
+            self.input_versions = [] if a.is_inference() else [(a, a._version)]
+        else:
+            self.inputs = tensors = tuple(a for a in flatten(args) if isinstance(a, torch.Tensor))
+            self.input_keys = {k for a in tensors if (k := storage_key(a)) is not None}
+            self.input_versions = [(a, a._version) for a in tensors if not a.is_inference()]
         # id(input) -> (input, its managed handle) for the inputs the forward saved (Tracker.pack).
         self.packed_inputs: dict[int, tuple[Any, Any]] = {}
         self.packs = 0

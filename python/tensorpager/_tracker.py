@@ -234,8 +234,9 @@ class Tracker:
         pending, seg.pending = seg.pending, []
         packed, seg.packed_inputs = seg.packed_inputs, {}
         seg.inputs = ()
-        if any(t._version != v for t, v in versions):
-            return  # changed an input in place: cannot be rerun (Note [Segments])
+        for t, v in versions:
+            if t._version != v:
+                return  # changed an input in place: cannot be rerun (Note [Segments])
         (seg.args, seg.kwargs), foreign = _producers.hold_inputs(self.ext, self.producers, (args, kwargs),
                                                                  packed)  # one pass: aliases stay aliases
         if foreign:
