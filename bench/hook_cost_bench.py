@@ -12,6 +12,12 @@ calling thread's CPU clock. The cost per saved tensor is the managed step's
 extra time over the saved tensors a step packs (each packed once and unpacked
 once): pack, unpack and the runtime's bookkeeping together.
 
+The floor row runs the same rounds with a no-op pair of global module hooks
+and no-op saved-tensor hooks, all in Python: what PyTorch's hook machinery
+costs any Python implementation before it does anything (about half of it the
+saved-tensor hooks: PyTorch wraps each saved tensor for the call and keeps
+what the hook returns).
+
 The last line says what that predicts for a GPU step of the same model: the
 hooks run on the host as here, while the step's own work, about 5 microseconds
 per kernel launch for tensors this small, is no longer 20-50 times the CPU's.
@@ -76,20 +82,36 @@ def main() -> None:
             step()
         return (time.thread_time_ns() - t0) / n
 
-    managed, plain, evictions = [], [], 0
+    from torch.nn.modules import module as nn_module
+
+    def noop_hooks() -> float:
+        pre = nn_module.register_module_forward_pre_hook(lambda m, a: None)
+        post = nn_module.register_module_forward_hook(lambda m, a, k, o: None, with_kwargs=True, always_call=True)
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+                step()
+                return steps(STEPS)
+        finally:
+            pre.remove()
+            post.remove()
+
+    managed, plain, floor, evictions = [], [], [], 0
     for r in range(ROUNDS):
-        for mode in ("on", "off") if r % 2 == 0 else ("off", "on"):
+        for mode in ("on", "off", "floor") if r % 2 == 0 else ("floor", "off", "on"):
             if mode == "on":
                 with tp.budget(10 * peak, lend=False):  # bytes: nothing to measure first
                     step()  # untimed: the session's first storages open its runtime
                     managed.append(steps(STEPS))
                     evictions += int(tp.stats().get("tensorpager.runtime.evictions", 0))
+            elif mode == "floor":
+                floor.append(noop_hooks())
             else:
                 step()
                 plain.append(steps(STEPS))
     ratio = statistics.median(m / p for m, p in zip(managed, plain))
     extra_ns = statistics.median(m - p for m, p in zip(managed, plain))
     per_tensor_us = extra_ns / saved / 1e3
+    floor_us = statistics.median(f - p for f, p in zip(floor, plain)) / saved / 1e3
     print(f"model: {LAYERS} x (Linear {WIDTH}x{WIDTH} + ReLU), batch {BATCH}; {saved} saved tensors and "
           f"{kernels} operators per step; peak {peak / 2**10:.0f} KiB; budget 10x the peak; "
           f"{evictions} evictions")
@@ -98,6 +120,8 @@ def main() -> None:
     print(f"{'managed step':<28} {statistics.median(managed) / 1e3:>9.1f} us")
     print(f"{'managed / unmanaged':<28} {ratio:>12.3f}")
     print(f"{'per saved tensor':<28} {per_tensor_us:>9.2f} us  (pack + unpack + bookkeeping)")
+    print(f"{'floor per saved tensor':<28} {floor_us:>9.2f} us  (no-op Python module and saved-tensor hooks; "
+          f"ratio {statistics.median(f / p for f, p in zip(floor, plain)):.3f})")
     gpu_step_us = kernels * LAUNCH_US
     print(f"GPU prediction: a launch-bound step of {kernels} operators takes about {gpu_step_us:.0f} us; "
           f"{saved} saved tensors at {per_tensor_us:.2f} us add {saved * per_tensor_us:.0f} us "

@@ -40,6 +40,7 @@
 #include "hooks/optim/optim_bindings.hpp"
 #include "hooks/output_path.hpp"
 #include "hooks/profiler_glue.hpp"
+#include "hooks/budget/rng_snapshots.hpp"
 #include "hooks/budget/runtime_bindings.hpp"
 #include "hooks/tensorpager.hpp"
 
@@ -194,5 +195,6 @@ PYBIND11_MODULE(_C, m) {
   tp::hooks::register_optim(m);  // AdamA and the activation codec (optim_bindings.hpp)
   tp::hooks::register_profiler(m);  // the timeline functions (profiler_bindings.cpp)
   tp::hooks::register_runtime(m);   // the budget runtime (runtime/runtime_bindings.cpp)
+  tp::hooks::register_rng_snapshots(m);  // segments' RNG states (budget/rng_snapshots.hpp)
   tp::hooks::register_sim(m);       // the simulator: sim_main, sim_run (sim_bindings.cpp)
 }

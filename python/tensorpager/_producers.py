@@ -58,37 +58,54 @@ class Producers:
         h.set_recompute(partial(seg.rerun, self.tracker, "output", index), seg.cost_ns, version)
 
 
-def hold_inputs(ext: Any, producers: Producers, tree: Any) -> tuple[Any, bool]:
+def hold_inputs(ext: Any, producers: Producers, tree: Any, packed: dict[int, tuple[Any, Any]]) -> tuple[Any, bool]:
     """The tensors of tree as _rerun.HeldInputs, and whether one of them is
     foreign: memory of another allocator or device (a NumPy array's, say),
-    which can change with no version to show it."""
+    which can change with no version to show it.
+
+    packed: id -> (tensor, handle) for inputs the forward saved, each packed
+    managed at the version it still has (the caller checked that no input
+    changed): the handle is the one a new pack would give (the same view of
+    the same storage, which its first pack already linked to its producer),
+    so it is held as it is, for one C++ pack less per segment
+    (bench/hook_cost_bench.py)."""
     import torch
+
+    args, kwargs = tree
+    if not kwargs and type(args) is tuple and len(args) == 1 and isinstance(args[0], torch.Tensor):
+        held_one, foreign = _hold_one(ext, producers, packed, args[0])  # most calls: one tensor, no closures
+        return ((held_one,), kwargs), foreign
     from torch.utils._pytree import tree_map
 
     held: dict[int, _rerun.HeldInput] = {}
     foreign = False
 
     def hold(x: Any) -> Any:
+        nonlocal foreign
         if not isinstance(x, torch.Tensor):
             return x
         if id(x) in held:
             return held[id(x)]
-        held[id(x)] = h = hold_one(x)
-        return h
+        held[id(x)], reads_foreign = _hold_one(ext, producers, packed, x)
+        foreign = foreign or reads_foreign
+        return held[id(x)]
 
-    def hold_one(x: Any) -> _rerun.HeldInput:
-        if (x.is_leaf and x.requires_grad) or ext.storage_key(x) is None:
-            return _rerun.HeldInput(None, x, x.requires_grad)
-        nonlocal foreign
-        h = ext.pack(x)
-        if not h.managed:
-            foreign = foreign or x.numel() > 0
-            return _rerun.HeldInput(h, None, x.requires_grad)
-        if h.fresh:
-            producers.link(h)
-        return _rerun.HeldInput(h, None, x.requires_grad)
-
-    args, kwargs = tree
     if not kwargs and type(args) is tuple and all(isinstance(a, torch.Tensor) for a in args):
-        return (tuple(hold(a) for a in args), kwargs), foreign  # most calls, without pytree
+        return (tuple(hold(a) for a in args), kwargs), foreign  # most other calls, without pytree
     return tree_map(hold, tree), foreign
+
+
+def _hold_one(ext: Any, producers: Producers, packed: dict[int, tuple[Any, Any]],
+              x: Any) -> tuple[_rerun.HeldInput, bool]:
+    """Tensor x held (hold_inputs), and whether it is foreign memory."""
+    saved = packed.get(id(x))
+    if saved is not None and saved[0] is x:
+        return _rerun.HeldInput(saved[1], None, x.requires_grad), False
+    if (x.is_leaf and x.requires_grad) or ext.storage_key(x) is None:
+        return _rerun.HeldInput(None, x, x.requires_grad), False
+    h = ext.pack(x)
+    if not h.managed:
+        return _rerun.HeldInput(h, None, x.requires_grad), x.numel() > 0
+    if h.fresh:
+        producers.link(h)
+    return _rerun.HeldInput(h, None, x.requires_grad), False

@@ -38,23 +38,35 @@ class Segment:
     """One forward of a segment module, and how to rerun it (Note [Segments])."""
 
     __slots__ = ("module", "rng", "cuda_rng", "autocast", "t0", "cost_ns", "packs", "pending",
-                 "input_keys", "input_versions", "args", "kwargs")
+                 "inputs", "input_keys", "input_versions", "packed_inputs", "args", "kwargs")
 
-    def __init__(self, module: Any, args: tuple, storage_key: Callable[[Any], int | None]) -> None:
+    def __init__(self, module: Any, args: tuple, storage_key: Callable[[Any], int | None],
+                 rng_state: Callable[[], Any]) -> None:
         """storage_key: the extension's (``_C.storage_key``): never ``t.untyped_storage()``, whose Python
-        object the storage keeps alive as a holder, so it could never be evicted (Note [Saved storages])."""
+        object the storage keeps alive as a holder, so it could never be evicted (Note [Saved storages]).
+        rng_state: the CPU generator's state, as ``torch.get_rng_state()`` (``_C.RngSnapshots.cpu``: Note
+        [One RNG state while the generator stands still] in hooks/budget/rng_snapshots.hpp)."""
         import torch
 
         self.module = module
-        self.rng = torch.get_rng_state()
+        self.rng = rng_state()
         self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-        self.autocast = tuple(
-            (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev)) for dev in ("cpu", "cuda")
-        )
-        tensors = [a for a in flatten(args) if isinstance(a, torch.Tensor)]
-        self.input_keys = {storage_key(a) for a in tensors} - {None}
+        enabled, dtype = torch.is_autocast_enabled, torch.get_autocast_dtype
+        self.autocast = (("cpu", enabled("cpu"), dtype("cpu")), ("cuda", enabled("cuda"), dtype("cuda")))
+        # The input tensors, so that the pack hook knows one (Tracker.pack): alive while the forward runs.
         # Inference tensors have no version counter (and autograd never saves them).
-        self.input_versions = [(a, a._version) for a in tensors if not a.is_inference()]
+        if type(args) is tuple and len(args) == 1 and isinstance(args[0], torch.Tensor):
+            a = args[0]  # most calls: one tensor, without flatten or comprehensions
+            self.inputs = args
+            key = storage_key(a)
+            self.input_keys = set() if key is None else {key}
+            self.input_versions = [] if a.is_inference() else [(a, a._version)]
+        else:
+            self.inputs = tensors = tuple(a for a in flatten(args) if isinstance(a, torch.Tensor))
+            self.input_keys = {k for a in tensors if (k := storage_key(a)) is not None}
+            self.input_versions = [(a, a._version) for a in tensors if not a.is_inference()]
+        # id(input) -> (input, its managed handle) for the inputs the forward saved (Tracker.pack).
+        self.packed_inputs: dict[int, tuple[Any, Any]] = {}
         self.packs = 0
         # (handle, pack index, ns from t0 to its pack, its version then)
         self.pending: list[tuple[Any, int, int, int]] = []

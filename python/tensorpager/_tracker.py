@@ -92,6 +92,12 @@ class Tracker:
         self.iterations = _steps.Steps(lambda: self.thread, self._first_optimizer_step)
         self.warned_compiled = False  # Note [torch.compile] in _compiled.py
         self.scanned: set[int] = set()  # ids of outermost modules looked through for compiled ones
+        self.rng_state = ext.RngSnapshots().cpu  # Note [One RNG state while the generator stands still]
+        import torch
+
+        # Bound once: the hooks run for every module and saved tensor (bench/hook_cost_bench.py).
+        self.compiling = torch.compiler.is_compiling  # Note [torch.compile]
+        self.grad_enabled = torch.is_grad_enabled
         _module_hooks.stay_eager(Tracker.pack, Tracker.unpack)  # Note [torch.compile]
 
     # --- saved-tensor hooks ------------------------------------------------------------
@@ -99,7 +105,7 @@ class Tracker:
         # Every saved tensor comes back through a SavedTensor, managed or not,
         # so that unpack checks its version as autograd does without hooks
         # (Note [In-place changes to saved tensors] in hooks/saved_version.hpp).
-        if _compiled.compiling():
+        if self.compiling():
             return t  # traced by torch.compile: the compiled graph saves t itself (Note [torch.compile])
         seg = self.segment
         index = -1
@@ -112,17 +118,23 @@ class Tracker:
         h = self.ext.pack(t)
         if not h.managed:
             return h
-        if h.fresh and seg is not None:
+        if seg is None:
+            if h.fresh:
+                self.producers.link(h)
+            return h
+        for a in seg.inputs:
+            if a is t:  # an input: held for the rerun as saved here (Tracker.post_forward)
+                seg.packed_inputs[id(t)] = (t, h)
+                break
+        if h.fresh:
             if h.key in seg.input_keys:
                 self.producers.link(h)  # an input: recomputable by the segment that made it, if any
             else:
                 seg.pending.append((h, index, time.perf_counter_ns() - seg.t0, h.version))
-        elif h.fresh:
-            self.producers.link(h)
         return h
 
     def unpack(self, x: Any) -> Any:
-        if _compiled.compiling() or not hasattr(x, "unpack"):
+        if self.compiling() or not hasattr(x, "unpack"):
             return x  # a tensor a compiled graph saved itself (Note [torch.compile])
         self.unpacked = True
         if self.lender is not None:
@@ -132,8 +144,9 @@ class Tracker:
         return x.unpack()
 
     # --- module hooks ------------------------------------------------------------------
+    # Called through _module_hooks, which calls nothing while torch.compile traces (Note [torch.compile]).
     def pre_forward(self, module: Any, args: tuple) -> None:
-        if _compiled.compiling() or self.suspended:
+        if self.suspended:
             return
         if threading.get_ident() != self.thread and not self._follow_this_thread():
             return
@@ -155,9 +168,7 @@ class Tracker:
         self.stack.append(module)
         # Without grad (no_grad, inference_mode: evaluation) autograd saves
         # nothing, so a forward there neither starts a step nor is a segment.
-        import torch
-
-        if not torch.is_grad_enabled():
+        if not self.grad_enabled():
             return
         self.trained = True
         if depth == 0 and self.lender is not None and (self.lender.lent or self.lender.in_backward):
@@ -165,7 +176,7 @@ class Tracker:
         if depth == 0 and self.iterations.ends_iteration(module, self.unpacked):
             self.step()
         if self.recompute and depth == self.segment_depth:
-            self.segment = _rerun.Segment(module, args, self.ext.storage_key)
+            self.segment = _rerun.Segment(module, args, self.ext.storage_key, self.rng_state)
 
     def _outer_forward_running(self) -> bool:
         """Whether the outermost forward on the stack is still running (its frame is a caller's)."""
@@ -204,7 +215,7 @@ class Tracker:
     def post_forward(self, module: Any, args: tuple, *rest: Any) -> None:
         # (kwargs, output) normally; torch passes fewer when the forward
         # raised (always_call), and then the segment is dropped below.
-        if _compiled.compiling() or self.suspended or not self.stack or threading.get_ident() != self.thread:
+        if self.suspended or not self.stack or threading.get_ident() != self.thread:
             return
         kwargs, output = rest if len(rest) == 2 else (None, None)
         self.stack.pop()
@@ -221,23 +232,31 @@ class Tracker:
         seg.cost_ns = max(1, time.perf_counter_ns() - seg.t0)
         versions, seg.input_versions = seg.input_versions, []
         pending, seg.pending = seg.pending, []
-        if any(t._version != v for t, v in versions):
-            return  # changed an input in place: cannot be rerun (Note [Segments])
-        (seg.args, seg.kwargs), foreign = _producers.hold_inputs(self.ext, self.producers, (args, kwargs))  # one pass: aliases stay aliases
+        packed, seg.packed_inputs = seg.packed_inputs, {}
+        seg.inputs = ()
+        for t, v in versions:
+            if t._version != v:
+                return  # changed an input in place: cannot be rerun (Note [Segments])
+        (seg.args, seg.kwargs), foreign = _producers.hold_inputs(self.ext, self.producers, (args, kwargs),
+                                                                 packed)  # one pass: aliases stay aliases
         if foreign:
             seg.args = seg.kwargs = None
             return  # reads memory tensorpager cannot vouch for (Note [Segments])
+        rerun = seg.rerun
         for h, index, ns, packed_at in pending:
             # A rerun leaves the saved tensor as this forward left it: at its
             # version now (Note [Recompute reproduces one version]). It stops
             # at the tensor, and costs the forward up to it, unless the rest
             # of the forward changed it in place (Note [A rerun stops at its tensor]).
-            whole = h.version != packed_at
-            h.set_recompute(partial(seg.rerun, self, "saved", index, whole),
-                            seg.cost_ns if whole else max(1, ns), h.version)
+            version = h.version
+            whole = version != packed_at
+            h.set_recompute(partial(rerun, self, "saved", index, whole), seg.cost_ns if whole else max(1, ns), version)
         import torch
 
-        outputs = [o for o in _rerun.flatten(output) if isinstance(o, torch.Tensor)]
+        if isinstance(output, torch.Tensor):
+            outputs: Any = (output,)  # most forwards, without flatten
+        else:
+            outputs = [o for o in _rerun.flatten(output) if isinstance(o, torch.Tensor)]
         for j, o in enumerate(outputs):
             key = self.ext.storage_key(o)
             if key is not None and key not in seg.input_keys:

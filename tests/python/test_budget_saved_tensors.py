@@ -163,3 +163,28 @@ print("TRAINED", all(torch.equal(a, b) for ga, gb in zip(ref, got) for a, b in z
     identical, recomputes = lines["TRAINED"].split()
     assert identical == "True" and int(recomputes) > 0, lines["TRAINED"]
 
+
+
+@requires_ext
+def test_a_segments_rng_state_is_the_generators_and_is_shared_while_nothing_draws() -> None:
+    # Note [One RNG state while the generator stands still]: the state a
+    # segment records is torch.get_rng_state()'s, one tensor for as long as
+    # the generator stands still, and a new one after anything draws (a
+    # uniform, a cached normal sample, a reseed).
+    proc = run_python("""
+import torch
+from tensorpager import _ext
+snap = _ext.load().RngSnapshots()
+first = snap.cpu()
+assert snap.cpu() is first and torch.equal(first, torch.get_rng_state())
+for draw in (lambda: torch.rand(3), lambda: torch.randn(1), lambda: torch.randn(1, dtype=torch.float64),
+             lambda: torch.manual_seed(7), lambda: torch.randint(0, 9, (5,))):
+    before = snap.cpu()
+    draw()
+    now = snap.cpu()
+    assert now is not before and torch.equal(now, torch.get_rng_state()), draw
+    assert snap.cpu() is now
+print("ok")
+""")
+    assert proc.returncode == 0, proc.stderr
+    assert "ok" in proc.stdout

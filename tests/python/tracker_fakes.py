@@ -44,8 +44,17 @@ class FakeLoan:
         self.back = True
 
 
+class FakeRngSnapshots:
+    """What ``_C.RngSnapshots`` is: here a new ``torch.get_rng_state()`` each time."""
+
+    def cpu(self) -> torch.Tensor:
+        return torch.get_rng_state()
+
+
 class FakeExt:
     """The calls the tracker and the lender make on ``_C``, with no budget and nothing moved."""
+
+    RngSnapshots = FakeRngSnapshots
 
     def __init__(self) -> None:
         self.loans: list[FakeLoan] = []
