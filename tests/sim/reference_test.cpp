@@ -83,8 +83,8 @@ TEST_P(Reference, TheDefaultPolicyIsAtOrBelowDtrsOwnSimulatorAtEveryBudget) {
 // staleness]: 1.325x against 1.332x) in both settings; the Transformer
 // from 0.9 to 0.3 with expandable segments and to 0.4 on plain ones. Where
 // it decides (bench/results/sim_dtr.md): the Transformer on plain segments
-// at 0.3 and 0.2, which strand blocks (1.338x and 5.640x; DTR counts
-// bytes), and at 0.2 with expandable segments, 1.189x, below DTR's 1.545x:
+// at 0.3 and 0.2, which strand blocks (1.188x and 1.776x; DTR counts
+// bytes), and at 0.2 with expandable segments, 1.192x, below DTR's 1.545x:
 // tp-sim writes in place into one storage where DTR's simulator makes a
 // new one per write and evicts the old, so DTR prices a layer norm's
 // output with its evicted neighbour (the matmul output before its bias was
@@ -153,9 +153,9 @@ TEST(NoCliffs, FittingIsMonotoneAndSlowdownDoesNotFallAsTheBudgetShrinks) {
 // and with the runtime's defaults. `dtr` too, which is DTR's heuristic,
 // recompute only, with no recompute limit (Note [DTR is recompute only]),
 // but on the Transformer on plain segments at 0.2, where stranded blocks
-// make it recompute 4.6x the step at DTR's 0.2 and 7.0x at this sweep's (of
-// tp-sim's own peak; its figures at DTR's:
-// DtrIsWithinTwoPercentOfItsReferenceAndNeverSwaps).
+// make it recompute 5.6x the step at this sweep's 0.2 (of tp-sim's own
+// peak; 0.78x at DTR's 0.2, 30 MiB less: bench/results/sim_dtr.md; its
+// figures at DTR's: DtrIsWithinTwoPercentOfItsReferenceAndNeverSwaps).
 TEST(NoThrashing, NoPolicyRecomputesMoreThanTheStepWhereAnotherFitsUnderOneAndAHalf) {
   for (const char* file : {"dtr/resnet32-bs56.log", "dtr/transformer-bs10.log"}) {
     const trace t = import_dtr_file(trace_path(file));
