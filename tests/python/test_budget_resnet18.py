@@ -120,7 +120,9 @@ def _refusal(r: dict) -> float:
 @requires_ext
 def test_resnet18_below_the_stem_is_refused_at_once(runs: list[dict]) -> None:
     r = next(x for x in runs if x.get("ratio") == BELOW_THE_STEM)
-    assert BELOW_THE_STEM < _refusal(r) < WORKS, r["message"]
+    # The named ratio is rounded up to two places and measured: 0.49 or 0.50 from run to run
+    # (2026-11-29); either is at most WORKS, which trains below.
+    assert BELOW_THE_STEM < _refusal(r) <= WORKS, r["message"]
 
 
 @requires_ext
