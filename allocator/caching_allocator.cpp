@@ -115,7 +115,7 @@ void* caching_allocator::allocate(std::size_t bytes, stream_id stream, lifetime 
   if (block* b = try_allocate_block(size, stream, life)) return hand_out(b, size, bytes);
   if (block* b = allocate_plain_fallback(size, stream, life)) return hand_out(b, size, bytes);
   if (!may_reclaim) {
-    block* b = try_allocate_block(size, stream, life, /*last_resort=*/true);
+    block* b = take_large_for_small(size, stream, life);
     return b != nullptr ? hand_out(b, size, bytes) : nullptr;
   }
   if (block* b = borrow_block(size, stream, life)) return hand_out(b, size, bytes);  // Note [Long-lived placement]
@@ -142,7 +142,7 @@ void* caching_allocator::allocate(std::size_t bytes, stream_id stream, lifetime 
       if (freed == 0) break;
     }
   }
-  if (block* b = try_allocate_block(size, stream, life, /*last_resort=*/true)) return hand_out(b, size, bytes);
+  if (block* b = take_large_for_small(size, stream, life)) return hand_out(b, size, bytes);
   throw_oom(bytes, stream, reclaimed, /*larger_than_device=*/false);
 }
 

@@ -269,9 +269,10 @@ class caching_allocator final : public runtime_allocator {
 
   void* allocate(std::size_t bytes, stream_id stream, lifetime life, bool may_reclaim);
   // caching_allocator_blocks.cpp: the pools, plain segments, the budget.
-  // last_resort: a small request may also take a large block (Note [Small
-  // requests from large blocks] in caching_allocator_blocks.cpp).
-  detail::block* try_allocate_block(std::size_t size, stream_id stream, lifetime life, bool last_resort = false);
+  detail::block* try_allocate_block(std::size_t size, stream_id stream, lifetime life);
+  // The last resort of a small request (Note [Small requests from large
+  // blocks] in caching_allocator_blocks.cpp); nullptr for a large one.
+  detail::block* take_large_for_small(std::size_t size, stream_id stream, lifetime life);
   detail::block* take_free_block(pool_kind pool, std::size_t size, stream_id stream, lifetime life);
   detail::block* take_stranded_block(std::size_t size, stream_id stream, lifetime life);
   detail::block* borrow_block(std::size_t size, stream_id stream, lifetime life);

@@ -41,15 +41,18 @@ std::int64_t i64(std::size_t x) { return static_cast<std::int64_t>(x); }
 // small pool grows into what it frees (make_room unmaps free granules of
 // either pool): 10 runs of 10. Measured: docs/decisions.md, Note [Small
 // requests from large blocks].
-block* caching_allocator::try_allocate_block(std::size_t size, stream_id stream, lifetime life, bool last_resort) {
-  const pool_kind pool = size_policy::pool_for(size);
-  if (block* b = take_free_block(pool, size, stream, life)) return b;
-  if (block* b = grow(pool, size, stream, life)) return b;
-  if (pool != pool_kind::small || !last_resort) return nullptr;
+block* caching_allocator::take_large_for_small(std::size_t size, stream_id stream, lifetime life) {
+  if (size_policy::pool_for(size) != pool_kind::small) return nullptr;
   if (expandable_) {
     if (block* b = take_stranded_block(size, stream, life)) return b;
   }
   return take_free_block(pool_kind::large, size, stream, life);
+}
+
+block* caching_allocator::try_allocate_block(std::size_t size, stream_id stream, lifetime life) {
+  const pool_kind pool = size_policy::pool_for(size);
+  if (block* b = take_free_block(pool, size, stream, life)) return b;
+  return grow(pool, size, stream, life);
 }
 
 // Note [Long-lived placement]: a free block of the other lifetime, before
