@@ -8,9 +8,13 @@
 namespace tp {
 
 std::pair<eviction_action, double> hybrid_policy::price(const managed_tensor& t, const policy_context& ctx) {
-  const std::int64_t round_trip = ctx.copies.round_trip_ns(t.bytes);
-  std::int64_t exposed = round_trip;
-  if (const auto gap = capuchin_policy::gap_ns(t, ctx)) exposed = round_trip - std::min(*gap, round_trip);
+  const std::int64_t out = ctx.copies.transfer_ns(copy_direction::to_host, t.bytes);
+  const std::int64_t back = ctx.copies.transfer_ns(copy_direction::to_device, t.bytes);
+  const std::int64_t round_trip = out + back;
+  std::int64_t exposed = round_trip;  // the next use unknown: all of it
+  if (const auto gap = capuchin_policy::gap_ns(t, ctx)) {
+    exposed = out + back - std::min(std::max<std::int64_t>(*gap - out, 0), back);
+  }
   const double swap = static_cast<double>(exposed) + static_cast<double>(round_trip) / 16.0;
   if (!t.recomputable()) return {eviction_action::swap, swap};
   std::int64_t drop = t.recompute_cost_ns;

@@ -8,10 +8,17 @@
 // Note [Hybrid fallback]
 // A reclaim the plan did not avoid (the first step, a changed step, a
 // misprediction) samples k candidates and prices each by the cheaper of
-//   swap: the round trip (as measured: Note [Copy cost model]) not hidden
-//         under the time to its next use in the recorded step (all of it
-//         when unknown), plus a sixteenth of the round trip so that free
-//         swaps still prefer fewer bytes on the wire;
+//   swap: its offload in full, plus the part of its prefetch not hidden
+//         under the time from the offload's end to its next use in the
+//         recorded step (all of it when unknown), plus a sixteenth of the
+//         round trip so that free swaps still prefer fewer bytes on the wire
+//         (copies as measured: Note [Copy cost model]). A reclaim runs
+//         because an allocation needs the bytes now, and a swapped block is
+//         reusable only once its offload has read it: the allocation waits
+//         for the copy, while a drop frees at once. Priced as a round trip
+//         hidden under the gap, a swap looked free whenever its next use was
+//         far, and on a slow link each such reclaim waited for its copies
+//         (measured: docs/decisions.md, "A reclaim waits for its swaps");
 //   drop: its recompute time plus its evicted neighbourhood (DTR's price,
 //         Note [Evicted neighbourhood]);
 // divided by bytes x staleness, as DTR does; the victim takes its cheaper

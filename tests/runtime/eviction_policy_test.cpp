@@ -154,18 +154,23 @@ TEST(CapuchinPolicy, WithoutARecordedStepComparesCosts) {
   EXPECT_EQ(p.choose(s.ctx(10))->action, eviction_action::drop);
 }
 
-// Note [Hybrid fallback]: a swap whose round trip hides under the gap to the
-// next use is cheaper than any recompute; one that cannot hide loses to a
-// cheap recompute.
+// Note [Hybrid fallback]: a swap whose prefetch hides under the gap to the
+// next use costs its offload (the reclaim waits for it), and beats a dearer
+// recompute; one that cannot hide loses to a cheap recompute, and so does a
+// far one whose recompute costs less than its offload.
 TEST(HybridPolicy, FallbackSwapsWhatHidesAndDropsWhatIsCheaperToRecompute) {
   scripted s;
-  managed_tensor& far = s.add(1000, 0, 500);
+  managed_tensor& far = s.add(1000, 0, 5000);
   managed_tensor& near = s.add(1000, 100, 500);
   const step_record prev = two_tensor_step();
   auto ctx = s.ctx(150, &prev, 150);
-  // Round trip 2000 ns; far's next use is 9850 ns away, near's 150 ns.
+  // 1000 ns each way; far's next use is 9850 ns away, near's 150 ns.
   EXPECT_EQ(hybrid_policy::price(far, ctx).first, eviction_action::swap);
+  EXPECT_DOUBLE_EQ(hybrid_policy::price(far, ctx).second, 1000 + 2000 / 16.0);  // the offload alone is exposed
   EXPECT_EQ(hybrid_policy::price(near, ctx).first, eviction_action::drop);
+  far.recompute_cost_ns = 500;  // cheaper than waiting for its offload
+  EXPECT_EQ(hybrid_policy::price(far, ctx).first, eviction_action::drop);
+  far.recompute_cost_ns = 5000;
   near.recompute_cost_ns = 0;
   EXPECT_EQ(hybrid_policy::price(near, ctx).first, eviction_action::swap);
   hybrid_policy h;
@@ -180,7 +185,7 @@ TEST(HybridPolicy, FallbackSwapsWhatHidesAndDropsWhatIsCheaperToRecompute) {
 // its next use (hybrid) nor beats its recompute (capuchin without a step).
 TEST(HybridPolicy, SwapsOrDropsAsTheCopiesWereTimed) {
   scripted s;
-  managed_tensor& far = s.add(1000, 0, 500);
+  managed_tensor& far = s.add(1000, 0, 5000);
   s.add(1000, 100, 500);
   const step_record prev = two_tensor_step();
   policy_context ctx = s.ctx(150, &prev, 150);

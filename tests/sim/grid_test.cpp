@@ -54,21 +54,17 @@ const std::vector<sample> samples = {
 
 using cell = std::tuple<std::string, double, double>;  // file, GB/s, ratio
 
-// Known exceptions, measured 2026-11-29 (bench/results/sim_grid.md).
+// Known exceptions, measured 2026-11-29 (bench/results/sim_grid.md), after a
+// reclaim's swap came to be priced with its offload exposed (Note [Hybrid
+// fallback]).
 // hybrid above 1.02x the better of lru and dtr: it swaps where the link is
 // too slow for its swaps to hide (issue 32 item 3).
 const std::set<cell> known_over_two_percent = {
-    {"dtr/resnet32-bs56.log", 12, 0.6},  // 1.150x, dtr 1.074x
-    {"dtr/resnet32-bs56.log", 12, 0.4},  // 1.338x, dtr 1.140x
-    {"dtr/resnet32-bs56.log", 12, 0.3},  // 1.524x, dtr 1.179x
-    {"dtr/resnet32-bs56.log", 12, 0.2},  // 2.308x, dtr 1.326x
+    {"dtr/resnet32-bs56.log", 12, 0.2},  // 1.984x, dtr 1.326x
     {"resnet18.trace", 8, 0.6},          // 1.441x, lru 1.185x
     {"transformer.trace", 8, 0.6},       // 1.093x, lru 1.055x
     {"transformer.trace", 8, 0.5},       // 1.174x, lru 1.070x
     {"transformer.trace", 8, 0.4},       // 1.229x, lru 1.144x
-    {"lstm.trace", 8, 0.9},              // 1.125x, dtr 1.039x
-    {"lstm.trace", 8, 0.8},              // 1.124x, dtr 1.039x
-    {"lstm.trace", 8, 0.7},              // 1.125x, dtr 1.039x
 };
 // hybrid out of memory where dtr fits (lru does not).
 const std::set<cell> known_not_fitting = {
@@ -76,8 +72,7 @@ const std::set<cell> known_not_fitting = {
 };
 // hybrid cheaper than at a larger ratio, by more than rounding (0.001).
 const std::set<cell> known_not_monotone = {
-    {"dtr/resnet32-bs56.log", 12, 0.5},  // 1.090x after 1.150x at 0.6
-    {"resnet18.trace", 8, 0.5},          // 1.319x after 1.441x at 0.6
+    {"resnet18.trace", 8, 0.5},  // 1.319x after 1.441x at 0.6
 };
 
 TEST(SimGrid, TheDefaultPolicyKeepsTheGridsPropertiesOnASample) {
