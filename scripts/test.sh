@@ -81,6 +81,8 @@ if [[ "${TP_SKIP_SANITIZERS:-0}" != 1 ]]; then
                      pinned_host_pool_test allocator_log_test segment_listener_test config_test
                      runtime_test eviction_policy_test runtime_budget_test runtime_fuzz_test
                      runtime_observer_test runtime_threads_test runtime_recorder_test
+                     lineage_test step_planner_test copy_cost_test host_sync_test resident_floor_test
+                     several_streams_test runtime_accounting_test
                      event_log_test timeline_analysis_test)
   step "allocator and device tests under ASan + UBSan"
   tp_configure build-asan -DTP_SANITIZE=address,undefined "${debug_args[@]}"
