@@ -143,6 +143,7 @@ void* caching_allocator::allocate(std::size_t bytes, stream_id stream, lifetime 
     }
   }
   if (block* b = take_large_for_small(size, stream, life)) return hand_out(b, size, bytes);
+  if (block* b = take_small_for_large(size, stream)) return hand_out(b, size, bytes);
   throw_oom(bytes, stream, reclaimed, /*larger_than_device=*/false);
 }
 

@@ -273,6 +273,9 @@ class caching_allocator final : public runtime_allocator {
   // The last resort of a small request (Note [Small requests from large
   // blocks] in caching_allocator_blocks.cpp); nullptr for a large one.
   detail::block* take_large_for_small(std::size_t size, stream_id stream, lifetime life);
+  // The last resort of a large request that may reclaim (the same Note);
+  // nullptr for a small one.
+  detail::block* take_small_for_large(std::size_t size, stream_id stream);
   detail::block* take_free_block(pool_kind pool, std::size_t size, stream_id stream, lifetime life);
   detail::block* take_stranded_block(std::size_t size, stream_id stream, lifetime life);
   detail::block* borrow_block(std::size_t size, stream_id stream, lifetime life);

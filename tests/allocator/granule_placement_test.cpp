@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "allocator/caching_allocator.hpp"
 #include "allocator_test_support.hpp"
@@ -73,6 +74,44 @@ TEST_F(GranulePlacement, ASmallRequestTakesTheFreeTailOfAGranuleOnlyAsTheLastRes
   EXPECT_EQ(st.reserved_bytes.of(pool_kind::small).current, 0);
   EXPECT_EQ(st.reserved_bytes.all().current, std::int64_t(4 * MiB));
   for (void* p : {l2, s2}) b.deallocate(p);
+}
+
+// Note [Small requests from large blocks], the other way: a large request
+// maps granules of its own while the budget allows; under a full budget,
+// after the reclaimer, it takes a free range of the small pool that spans
+// two granules (which no unmap can give back: small blocks share both).
+TEST_F(GranulePlacement, ALargeRequestTakesAFreeRangeOfTheSmallPoolOnlyAsTheLastResort) {
+  class counting final : public reclaimer {
+   public:
+    std::size_t reclaim(std::size_t, stream_id) override {
+      ++calls;
+      return 0;
+    }
+    int calls = 0;
+  };
+  for (const bool budget : {false, true}) {
+    caching_allocator a(rig_.dev, expandable());
+    counting r;
+    a.set_reclaimer(&r);
+    if (budget) a.set_budget(4 * MiB);
+    std::vector<void*> small;
+    for (int i = 0; i < 16; ++i) small.push_back(a.allocate(256 * KiB));  // the small pool's [0, 4)
+    for (int i = 4; i < 12; ++i) a.deallocate(small[static_cast<std::size_t>(i)]);  // free: [1, 3)
+    void* large = a.allocate(2 * MiB);
+    const allocator_stats st = a.stats();
+    if (budget) {
+      EXPECT_EQ(addr(large), addr(small[4])) << "the small pool's free range, the last resort";
+      EXPECT_GE(r.calls, 1) << "the reclaimer is asked first";
+      EXPECT_EQ(st.reserved_bytes.all().current, std::int64_t(4 * MiB));
+      EXPECT_EQ(st.allocated_bytes.of(pool_kind::small).current, std::int64_t(4 * MiB));
+    } else {
+      EXPECT_EQ(st.reserved_bytes.of(pool_kind::large).current, std::int64_t(2 * MiB)) << "a granule of its own";
+      EXPECT_EQ(r.calls, 0);
+    }
+    a.deallocate(large);  // a small-pool block merges back into its free range
+    for (int i : {0, 1, 2, 3, 12, 13, 14, 15}) a.deallocate(small[static_cast<std::size_t>(i)]);
+    a.set_reclaimer(nullptr);
+  }
 }
 
 // Note [Granule-aware carving]: a request of whole granules goes on a
