@@ -42,4 +42,14 @@ inline caching_allocator::options expandable(std::optional<std::size_t> budget =
 inline std::int64_t allocated(const caching_allocator& a) { return a.stats().allocated_bytes.all().current; }
 inline std::int64_t reserved(const caching_allocator& a) { return a.stats().reserved_bytes.all().current; }
 
+/// A reclaimer with nothing left to evict: counts its calls, frees nothing.
+class idle_reclaimer final : public reclaimer {
+ public:
+  std::size_t reclaim(std::size_t, stream_id) override {
+    ++calls;
+    return 0;
+  }
+  int calls = 0;
+};
+
 }  // namespace tp::testing

@@ -81,17 +81,9 @@ TEST_F(GranulePlacement, ASmallRequestTakesTheFreeTailOfAGranuleOnlyAsTheLastRes
 // after the reclaimer, it takes a free range of the small pool that spans
 // two granules (which no unmap can give back: small blocks share both).
 TEST_F(GranulePlacement, ALargeRequestTakesAFreeRangeOfTheSmallPoolOnlyAsTheLastResort) {
-  class counting final : public reclaimer {
-   public:
-    std::size_t reclaim(std::size_t, stream_id) override {
-      ++calls;
-      return 0;
-    }
-    int calls = 0;
-  };
   for (const bool budget : {false, true}) {
     caching_allocator a(rig_.dev, expandable());
-    counting r;
+    idle_reclaimer r;
     a.set_reclaimer(&r);
     if (budget) a.set_budget(4 * MiB);
     std::vector<void*> small;

@@ -18,16 +18,6 @@ namespace {
 
 using namespace tp::testing;
 
-/// Counts its calls and frees nothing.
-class counting_reclaimer final : public reclaimer {
- public:
-  std::size_t reclaim(std::size_t, stream_id) override {
-    ++calls;
-    return 0;
-  }
-  int calls = 0;
-};
-
 class LongLivedPlacement : public ::testing::Test {
  protected:
   simulated_rig rig_{1 * GiB};
@@ -102,7 +92,7 @@ TEST_F(LongLivedPlacement, ASmallRequestIsTransientWhateverTheCallerExpects) {
 // lifetime before the reclaimer is asked to evict anything.
 TEST_F(LongLivedPlacement, ARequestBorrowsAFreeBlockOfTheOtherLifetimeBeforeAnEviction) {
   caching_allocator a(rig_.dev, expandable(8 * MiB));
-  counting_reclaimer r;
+  idle_reclaimer r;
   a.set_reclaimer(&r);
   const std::size_t one_and_a_half = MiB + MiB / 2;
   void* t = a.allocate(3 * MiB + MiB / 2);                                // transient [0, 4)
@@ -131,7 +121,7 @@ TEST_F(LongLivedPlacement, ALongLivedRequestTakesTheBudgetThatFreeTransientGranu
 
 TEST_F(LongLivedPlacement, TryAllocateReturnsNullWhereAllocateWouldAskTheReclaimer) {
   caching_allocator a(rig_.dev, expandable(4 * MiB));
-  counting_reclaimer r;
+  idle_reclaimer r;
   a.set_reclaimer(&r);
   void* full = a.allocate(4 * MiB);
   EXPECT_EQ(a.try_allocate(2 * MiB, default_stream, lifetime::long_lived), nullptr);
