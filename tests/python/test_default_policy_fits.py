@@ -60,3 +60,29 @@ def test_the_issues_decoder_trains_at_half_its_peak_under_the_default_policy(pla
     assert re.search(r"budget [\d.]+ MiB \(\d+ B\) = 0\.5 x ", exit_line[0]), exit_line[0]
     assert ", 6 steps;" in exit_line[0], exit_line[0]
     assert not re.search(r"\(0 offloads\), recomputed 0 B", exit_line[0]), "the budget moved nothing"
+
+
+def test_below_its_floor_the_decoder_is_refused_at_once_naming_a_ratio_that_trains(plain_losses: str) -> None:
+    """Issue 30 item 3 on the same decoder: the floor is a prediction that holds. 0.46 is refused
+    before anything runs under it, naming the smallest ratio that could work (0.48 when this test
+    was written: 22 MiB, the first step's unevictable bytes in whole granules); that ratio trains,
+    bit for bit. Before large requests could take the small pool's free blocks last (Note [Small
+    requests from large blocks]) the floor check accepted 0.46 and 0.48, and they died of
+    fragmentation in 4 runs of 5 and 5 of 5."""
+    low = CONF.replace("budget:0.5", "budget:0.46")
+    p = run_python(DECODER, env=clean_env(PYTORCH_CUDA_ALLOC_CONF=low), hook=True, check=False)
+    assert p.returncode != 0 and "the budget is refused" in p.stderr, p.stderr[-3000:]
+    # The ratio is resolved on the measured iterations (Note [A ratio is a share of a steady
+    # iteration] in hooks/budget/budget_api.hpp) and refused then, before any iteration ran under
+    # it: nothing was moved.
+    refused = r"budget none \(ratio 0\.46 of the measured peak, [\d.]+ MiB, was refused\).*offloaded 0 B \(0 offloads\)"
+    assert re.search(refused, p.stderr), p.stderr[-3000:]
+    named = re.search(r"smallest budget that could work is at least [\d.]+ MiB \(ratio ([\d.]+) of the peak\)",
+                      p.stderr)
+    assert named, p.stderr[-3000:]
+    ratio = float(named.group(1))
+    assert 0.46 < ratio <= 0.5, f"the floor named {ratio}; the decoder trains at 0.5"
+    at = CONF.replace("budget:0.5", f"budget:{named.group(1)}")
+    q = run_python(DECODER, env=clean_env(PYTORCH_CUDA_ALLOC_CONF=at), hook=True, check=False)
+    assert q.returncode == 0, f"the ratio the floor named, {ratio}, died:\n{q.stderr[-3000:]}"
+    assert q.stdout == plain_losses, "the losses under the budget must be the plain run's, bit for bit"
