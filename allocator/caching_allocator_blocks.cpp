@@ -50,7 +50,7 @@ std::int64_t i64(std::size_t x) { return static_cast<std::int64_t>(x); }
 // of a granule or more fits in, while no unmap can give it back (small
 // blocks in use share its end granules). Issue 33's decoder at 0.5 under
 // manage:all died so in about 1 run in 10, in the backward of a late step:
-// 2 MiB asked, the largest free block 2.6 to 3.3 MiB, in the small pool.
+// 2 MiB asked, the largest free block 2.8 to 3.3 MiB, in the small pool.
 // Not for try_allocate(): a move into a long-lived block must not land in
 // the small pool, which is transient.
 block* caching_allocator::take_large_for_small(std::size_t size, stream_id stream, lifetime life) {

@@ -13,7 +13,10 @@ std::pair<eviction_action, double> hybrid_policy::price(const managed_tensor& t,
   const std::int64_t round_trip = out + back;
   std::int64_t exposed = round_trip;  // the next use unknown: all of it
   if (const auto gap = capuchin_policy::gap_ns(t, ctx)) {
-    exposed = out + back - std::min(std::max<std::int64_t>(*gap - out, 0), back);
+    // The offload in full (the reclaim waits for it); of the prefetch, what
+    // the gap after the offload does not hide.
+    const std::int64_t hidden = std::clamp<std::int64_t>(*gap - out, 0, back);
+    exposed = round_trip - hidden;
   }
   const double swap = static_cast<double>(exposed) + static_cast<double>(round_trip) / 16.0;
   if (!t.recomputable()) return {eviction_action::swap, swap};
