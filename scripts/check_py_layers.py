@@ -39,7 +39,7 @@ LAYERS: dict[str, list[str]] = {  # bottom up
     "boot": ["_keys", "_key_appliers", "_conf", "_torch_alloc_conf"],
     "extension": ["_ext"],
     "allocator": ["_module_hooks", "_budget_value", "_install", "_graphs", "timeline", "trace", "viz", "sim"],
-    "runtime": ["_steps", "_compiled", "_rerun", "_producers", "_open_lender", "_lend", "_tracker", "_runtime",
+    "runtime": ["_steps", "_compiled", "_partitioner", "_rerun", "_producers", "_open_lender", "_lend", "_tracker", "_runtime",
                 "_exit_report", "_managed"],
     "techniques": ["techniques", "techniques.compress", "techniques.compress_spec", "techniques.compress_pack",
                    "techniques.optim", "techniques.microbatch", "techniques.split", "techniques.split_chain",

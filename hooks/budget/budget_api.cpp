@@ -106,7 +106,7 @@ std::shared_ptr<budget_session> active_session() {
   return r.active;
 }
 
-void session_step(bool resolve_ratio) {
+void session_step(bool resolve_ratio, std::optional<std::size_t> given_peak) {
   session_registry& r = sessions();
   std::shared_ptr<budget_session> s;
   std::optional<double> ratio;
@@ -118,7 +118,8 @@ void session_step(bool resolve_ratio) {
   }
   if (ratio) {
     allocator_control& control = installed_adapter_now().control;
-    const auto peak = static_cast<double>(control.memory_stats().reserved_bytes.all().peak);
+    const auto peak = given_peak ? static_cast<double>(*given_peak)
+                                 : static_cast<double>(control.memory_stats().reserved_bytes.all().peak);
     const auto bytes = static_cast<std::size_t>(std::floor(*ratio * peak));
     if (bytes == 0) {
       // A ratio too small for the peak, or a step that allocated nothing

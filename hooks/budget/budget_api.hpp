@@ -70,8 +70,11 @@ std::string end_session(std::optional<std::size_t> previous);
 std::shared_ptr<budget_session> active_session();
 /// A step boundary: the runtime learns the step; a pending ratio budget is
 /// resolved when resolve_ratio is true (Note [A ratio is a share of a steady
-/// iteration]). Does nothing without a session.
-void session_step(bool resolve_ratio = true);
+/// iteration]), on `peak` where given, else on the peak reserved since the
+/// peaks were reset (a program that changed how it runs keeps the peak it had:
+/// Note [A partitioner budget for compiled regions] in
+/// python/tensorpager/_partitioner.py). Does nothing without a session.
+void session_step(bool resolve_ratio = true, std::optional<std::size_t> peak = std::nullopt);
 /// Measures the ratio again: lifts the budget a ratio was resolved to,
 /// empties the cache, resets the peaks and resolves the ratio at a later
 /// session_step (Note [A ratio is a share of a steady iteration]). Returns

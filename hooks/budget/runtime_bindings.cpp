@@ -164,10 +164,13 @@ void register_runtime(py::module_& m) {
       py::arg("previous"), "Ends the session (always); returns what was lost at the end, or ''.");
   m.def("budget_active", [] { return active_session() != nullptr; });
   m.def(
-      "budget_step", [](bool resolve_ratio) { with_c10_errors([&] { session_step(resolve_ratio); }); },
-      py::arg("resolve_ratio") = true,
+      "budget_step",
+      [](bool resolve_ratio, std::optional<std::size_t> peak) {
+        with_c10_errors([&] { session_step(resolve_ratio, peak); });
+      },
+      py::arg("resolve_ratio") = true, py::arg("peak") = std::nullopt,
       "A step boundary; a pending ratio is resolved only when resolve_ratio (Note [A ratio is a share of a steady "
-      "iteration]).");
+      "iteration]), on peak bytes where given, else on the peak reserved since the last reset.");
   m.def(
       "budget_remeasure", [] { return with_c10_errors([] { return session_remeasure(); }); },
       "Lifts a resolved ratio budget and measures it again; False when there is nothing to measure again.");

@@ -11,7 +11,7 @@ namespace tp::hooks {
 ///   budget_begin(bytes: int | None, ratio: float | None, policy: str | None,
 ///                prefetch: bool) -> int | None   (the previous budget)
 ///   budget_end(previous: int | None) -> None
-///   budget_active() -> bool          budget_step(resolve_ratio=True) -> None
+///   budget_active() -> bool          budget_step(resolve_ratio=True, peak=None) -> None
 ///   budget_remeasure() -> bool
 ///   runtime_stats() -> dict[str, int]
 ///   pack(tensor, manage=True) -> SavedTensor

@@ -38,7 +38,11 @@ What that gives:
 - ``torch.compile(model)``: the hooks run eagerly for the ``OptimizedModule``
   and again for the model inside it (the extra call PyTorch warns of), and
   the forward is one region: it saves through the hooks (as many tensors
-  managed as in eager), but no budget below the region's peak fits.
+  managed as in eager), but no eviction takes it below the region's peak.
+  What does is the compiler's own partitioner budget, which the budget
+  sets where the floor refuses a ratio (Note [A partitioner budget for
+  compiled regions] in _partitioner.py); blocks compiled in place get it
+  too, below the ratios their segments reach.
 
 Values stay bit-identical to the same compiled model without a budget. The
 first compiled module the tracker sees gets one warning saying this.
@@ -54,9 +58,10 @@ if TYPE_CHECKING:
 WARNING = (
     "tensorpager: a torch.compile'd module runs under the budget. Its saved tensors are managed per compiled region:"
     " a region holds its activations until it returns and its backward needs them all at once, so the budget must"
-    " hold the largest region's activations besides the rest (a whole model compiled as one region runs out of memory"
-    " below its peak); values stay exact. Compile each block in place (block.compile()) to train below the peak"
-    " (Note [torch.compile] in tensorpager/_compiled.py)."
+    " hold the largest region's activations besides the rest. Where a ratio budget is below that, the regions are"
+    " compiled again with torch's activation_memory_budget, one iteration each (0.5, 0.2, 0.1), and the exit line"
+    " says which; values stay exact with aot_eager. Compiling each block in place (block.compile()) lets the budget"
+    " evict between blocks (Note [torch.compile] in tensorpager/_compiled.py)."
 )
 
 

@@ -82,18 +82,26 @@ def peak_line(peak: int, device_syncs: int = 0) -> str:
 
 def exit_line(budget: int | None, peak: int, runtime: dict[str, int], steps: int, timeline: str,
               manage: str = MANAGE_ACTIVATIONS, *, ratio: float | None = None, measured_peak: int | None = None,
-              device_syncs: int = 0) -> str:
+              device_syncs: int = 0, partitioner: float | None = None, compiling_again: bool = False) -> str:
     """Note [The exit line]. `peak`: reserved bytes since the budget took effect (all of them without one);
     `ratio`: the budget key's ratio, if it was one; `measured_peak`: the peak that ratio was resolved on (with
     no `budget`: refused), None before a second step began; `steps`: training iterations; `manage`: the key's
-    value. Pure."""
+    value; `partitioner`: the activation_memory_budget the compiled regions were given, if any (Note [A
+    partitioner budget for compiled regions] in _partitioner.py), and whether the ratio still waited on an
+    iteration compiled with it. Pure."""
     human = _ext.load().format_bytes
     p = "tensorpager.runtime."
     where = f"timeline {timeline} (written at exit)" if timeline else "no timeline (add timeline:run.json)"
+    compiled = ("" if partitioner is None else
+                f" compiled regions recompiled with torch's activation_memory_budget {partitioner:g}, their backward"
+                " recomputing what they no longer save;")
     if budget is None:
         unresolved = ("" if ratio is None else
                       f" (ratio {ratio:g} of the measured peak, set once a steady iteration has ended: none did)"
                       if measured_peak is None else
+                      f" (ratio {ratio:g} of the measured peak, {human(measured_peak)}, set once an iteration of the"
+                      " compiled regions compiled again has ended: none did)"
+                      if compiling_again else
                       f" (ratio {ratio:g} of the measured peak, {human(measured_peak)}, was refused)")
         figures = f"budget none{unresolved}; peak reserved without a budget {human(peak)} ({peak} B)"
     else:
@@ -108,7 +116,7 @@ def exit_line(budget: int | None, peak: int, runtime: dict[str, int], steps: int
             f" recomputed {human(runtime.get(p + 'recomputed_bytes', 0))}"
             f" ({runtime.get(p + 'recomputes', 0)} recomputes),"
             f" stalled {runtime.get(p + 'stall_ns', 0) / 1e6:.1f} ms,"
-            f" {device_syncs} device syncs, {steps} steps; {where}")
+            f" {device_syncs} device syncs, {steps} steps;{compiled} {where}")
 
 
 # The allocator's hint when the budget is what ran out (allocator/oom_report.cpp).

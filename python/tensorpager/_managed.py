@@ -215,7 +215,9 @@ def _finish(timeline: str, manage: str = MANAGE_ACTIVATIONS) -> None:
     except Exception as e:  # noqa: BLE001  (at exit the line is what matters)
         lost = f"; ending the session failed: {e}"
     line = _exit_report.exit_line(budget, peak, runtime, steps, timeline, manage, ratio=block.ratio,
-                                  measured_peak=measured, device_syncs=syncs)
+                                  measured_peak=measured, device_syncs=syncs,
+                                  partitioner=tracker.partitioner.chosen if tracker is not None else None,
+                                  compiling_again=tracker is not None and tracker.compiling_again)
     sys.stderr.write(line + lost + "\n")
     sys.stderr.flush()
 

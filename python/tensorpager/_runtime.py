@@ -163,7 +163,7 @@ class budget:
             lend = ext.BUDGET_LENDS_BY_DEFAULT if self.lend is None else bool(self.lend)
             self._tracker = tr = _tracker.Tracker(ext, self.segment_depth, self.recompute,
                                                   self._follows_training_thread, lend)
-            tr.measuring = self.ratio is not None  # Note [Peaks under a ratio budget]
+            tr.measuring, tr.ratio = self.ratio is not None, self.ratio  # Note [Peaks under a ratio budget]
             self._handles = [_module_hooks.subscribe(tr.pre_forward, tr.post_forward)]
             self._hooks = torch.autograd.graph.saved_tensors_hooks(tr.pack, tr.unpack)
             self._hooks.__enter__()

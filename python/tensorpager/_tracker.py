@@ -45,7 +45,7 @@ import threading
 import time
 from functools import partial
 
-from tensorpager import _compiled, _lend, _module_hooks, _producers, _rerun, _steps
+from tensorpager import _compiled, _lend, _module_hooks, _partitioner, _producers, _rerun, _steps
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -84,13 +84,17 @@ class Tracker:
         # has not taken effect; the peak reserved it was measured on.
         self.measuring = False
         self.measured_peak: int | None = None
+        self.ratio: float | None = None  # the block's ratio, while measuring
+        self.refused = False  # the ratio, refused with the lowest partitioner budget
         # Called with the exception when the outermost module's forward raised
         # (the managed process mends its out-of-memory hint: Note [The
         # out-of-memory hint in a managed process] in _exit_report.py).
         self.forward_raised: Callable[[BaseException | None], None] | None = None
         # Note [Where an iteration ends] in _steps.py.
         self.iterations = _steps.Steps(lambda: self.thread, self._first_optimizer_step)
-        self.warned_compiled = False  # Note [torch.compile] in _compiled.py
+        self.warned_compiled = False  # a compiled module has run: Note [torch.compile] in _compiled.py
+        self.partitioner = _partitioner.Partitioner()  # Note [A partitioner budget for compiled regions]
+        self.compiled_whole = False  # the outermost module is compiled: one region
         self.scanned: set[int] = set()  # ids of outermost modules looked through for compiled ones
         self.rng_state = ext.RngSnapshots().cpu  # Note [One RNG state while the generator stands still]
         import torch
@@ -162,6 +166,7 @@ class Tracker:
             self.scanned.add(id(module))
             if any(_compiled.compiled(m) for m in module.modules()):
                 self.warned_compiled = True
+                self.compiled_whole = _compiled.compiled(module)  # one region: Note [A partitioner budget ...]
                 import warnings
 
                 warnings.warn(_compiled.WARNING, RuntimeWarning, stacklevel=4)  # _module_hooks, _call_impl
@@ -278,21 +283,66 @@ class Tracker:
         if not self.measuring:
             self.ext.budget_step()
             return
-        if not by_hand and not self.iterations.steady:
-            self.ext.budget_step(False)  # the iteration that ended was not a steady one
+        if self.refused or (not by_hand and not self.iterations.steady):
+            self.ext.budget_step(False)  # the iteration that ended was not a steady one, or the ratio refused
             return
         # Note [Peaks under a ratio budget] in _runtime.py: the peak the
         # boundary resolves the ratio on, then the peaks under the budget.
         before = self.ext.budget()
-        self.measured_peak = int(self.ext.stats().get("reserved_bytes.all.peak", 0))
-        self.ext.budget_step()
+        peak = int(self.ext.stats().get("reserved_bytes.all.peak", 0))
+        if self.partitioner.chosen is None:
+            self.measured_peak = peak
+        elif self.compiled_whole and not self._partitioner_fits(peak):
+            return
+        import torch
+
+        try:
+            self.ext.budget_step(True, self.measured_peak)
+        except torch.OutOfMemoryError:  # the floor refused the ratio (Note [Budget floor])
+            if not (self.warned_compiled and self._lower_partitioner()):
+                self.refused = self.partitioner.chosen is not None
+                raise
+            return
         if self.ext.budget() != before:
             self.measuring = False
             self.ext.reset_peak_stats()
 
+    # --- Note [A partitioner budget for compiled regions] in _partitioner.py ---------------
+    def _lower_partitioner(self) -> bool:
+        """Compiles the regions again with the next partitioner budget and measures another iteration on the
+        same peak; False where no budget is left."""
+        if not self.partitioner.lower():
+            return False
+        if not self.ext.budget_remeasure():  # after a refusal: the ratio pending again, the peaks reset
+            self.ext.empty_cache()  # the ratio still pending: the next iteration's peak its own,
+            self.ext.reset_peak_stats()  # without what this one left cached
+        self.ext.budget_step(False)  # the iteration that ended is a step of its own
+        return True
+
+    def _partitioner_fits(self, peak: int) -> bool:
+        """Whether the iteration compiled with the partitioner budget in force peaked within the ratio's
+        bytes (its regions hold what they save at once); if not, the next budget is set, or the ratio refused."""
+        assert self.ratio is not None and self.measured_peak is not None and self.partitioner.chosen is not None
+        self.partitioner.peaks[self.partitioner.chosen] = peak
+        if peak <= self.ratio * self.measured_peak:
+            return True
+        if self._lower_partitioner():
+            return False
+        import torch
+
+        self.refused = True
+        self.ext.budget_step(False)
+        raise torch.OutOfMemoryError(self.partitioner.refusal(self.ratio, self.measured_peak))
+
+    @property
+    def compiling_again(self) -> bool:
+        """Whether the ratio waits on an iteration compiled with a partitioner budget."""
+        return self.measuring and self.partitioner.chosen is not None and not self.refused
+
     def close(self) -> None:
-        """Removes the optimizer step hooks (again: nothing)."""
+        """Removes the optimizer step hooks and gives back the partitioner budget (again: nothing)."""
         self.iterations.close()
+        self.partitioner.close()
 
 
 class _ExitWithThread:

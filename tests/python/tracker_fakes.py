@@ -75,7 +75,7 @@ class FakeExt:
         self.loans.append(FakeLoan(t))
         return self.loans[-1]
 
-    def budget_step(self, resolve_ratio: bool = True) -> None:
+    def budget_step(self, resolve_ratio: bool = True, peak: int | None = None) -> None:
         self.boundaries += 1
         self.tracked.clear()
 
