@@ -38,13 +38,51 @@ torch runs eagerly) the values are bit-identical to the same compiled
 program without tensorpager; with Inductor a recomputed value is fused into
 other kernels than the saved one was, which may round differently.
 Measured: docs/decisions.md, Note [A partitioner budget for compiled regions].
+
+Note [Random operators are saved]
+Below 1.0, torch 2.11's partitioner may recompute a random operator (dropout,
+``rand_like``) in the backward, where it draws other numbers than the forward
+did: the gradient is silently wrong, and the generator is a draw further on
+(pytorch/pytorch#190758, open when written; with or without Inductor, on the
+CPU too). Its ``MUST_SAVE`` recompute policy is the one mark that both the
+min-cut's bans and the memory budget's knapsack keep. So while a budget is
+set, a joint-graph pass (``joint_custom_pass``, after any the user set)
+marks each operator tagged ``nondeterministic_seeded`` and the values taken
+from it ``MUST_SAVE``, unless they carry a policy already (a user's own
+selective checkpoint). Under Inductor the tagged operator is the seeds
+(``inductor_seeds``), from which a recomputed ``inductor_random`` draws the
+same numbers. The AOTAutograd cache is off meanwhile: its key leaves the
+pass out, so it could hand back a graph partitioned without it.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 LADDER = (0.5, 0.2, 0.1)  # 0.0 recomputes a whole region in its backward at once: no lower peak on a GPT
+
+
+def save_random_values(graph: Any, inputs: Any, then: Any = None) -> Any:
+    """A joint-graph pass: after `then` (the pass installed before, if any), marks what each random operator
+    computes to be saved, never recomputed (Note [Random operators are saved]). Returns the graph."""
+    import operator
+
+    import torch
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    if then is not None:
+        graph = then(graph, inputs)
+    for node in graph.graph.nodes:
+        if node.op != "call_function" or torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
+            continue
+        for n in (node, *(u for u in node.users if u.target is operator.getitem)):
+            n.meta.setdefault("recompute", CheckpointPolicy.MUST_SAVE)  # a tag of the user's own checkpoint wins
+    return graph
 
 
 class Partitioner:
@@ -53,7 +91,8 @@ class Partitioner:
     def __init__(self) -> None:
         self.chosen: float | None = None  # the budget in force, set by this block
         self.peaks: dict[float, int] = {}  # budget -> the peak reserved of the iteration compiled with it
-        self._found: float | None = None  # the value before the first budget set
+        self._found: tuple[Any, ...] | None = None  # the configuration before the first budget set
+        self._pass: Any = None  # the joint-graph pass set with it
 
     def lower(self) -> bool:
         """Sets the next budget of LADDER below the one in force and makes the
@@ -65,7 +104,10 @@ class Partitioner:
         if not lower:
             return False
         if self._found is None:
-            self._found = config.activation_memory_budget
+            found = self._found = (config.activation_memory_budget, config.joint_custom_pass,
+                                   config.enable_autograd_cache)
+            config.joint_custom_pass = self._pass = functools.partial(save_random_values, then=found[1])
+            config.enable_autograd_cache = False  # its key leaves the joint pass out
         config.activation_memory_budget = self.chosen = lower[0]
         torch._dynamo.reset()  # the regions compile again at their next call, with the new budget
         return True
@@ -89,7 +131,7 @@ class Partitioner:
         import torch._dynamo
         import torch._functorch.config as config
 
-        if config.activation_memory_budget == self.chosen:
-            config.activation_memory_budget = self._found
+        if config.activation_memory_budget == self.chosen and config.joint_custom_pass is self._pass:
+            config.activation_memory_budget, config.joint_custom_pass, config.enable_autograd_cache = self._found
             torch._dynamo.reset()
         self._found = None
