@@ -124,14 +124,17 @@ class Partitioner:
                 f" {math.ceil(best / peak * 100 - 1e-9) / 100:.2f} of the peak): the budget is refused")
 
     def close(self) -> None:
-        """Gives back the budget found, unless someone changed it since, and
-        compiles the regions again with it at their next call."""
+        """Gives back the configuration found, each value unless someone changed it since, and makes the
+        compiled regions compile again with it at their next call."""
         if self._found is None:
             return
         import torch._dynamo
         import torch._functorch.config as config
 
-        if config.activation_memory_budget == self.chosen and config.joint_custom_pass is self._pass:
-            config.activation_memory_budget, config.joint_custom_pass, config.enable_autograd_cache = self._found
-            torch._dynamo.reset()
+        budget, joint_pass, cache = self._found
         self._found = None
+        if config.joint_custom_pass is self._pass:
+            config.joint_custom_pass, config.enable_autograd_cache = joint_pass, cache
+        if config.activation_memory_budget == self.chosen:
+            config.activation_memory_budget = budget
+        torch._dynamo.reset()

@@ -51,7 +51,7 @@ def test_closing_gives_back_the_budget_found_unless_someone_changed_it_since() -
     assert q.lower()
     config.activation_memory_budget = 0.7  # the user's own, set while the block ran
     q.close()
-    assert config.activation_memory_budget == 0.7
+    assert (config.activation_memory_budget, config.joint_custom_pass, config.enable_autograd_cache) == (0.7, None, True)
 
 
 def test_the_refusal_names_every_budget_tried_and_the_ratio_of_the_lowest_peak() -> None:
