@@ -31,7 +31,8 @@ that the last budget leaves refused is refused, with each budget's figure
 and the ratio that the lowest peak allows. The budgets are few on purpose:
 each costs an iteration and a compile. When the budget block ends, the
 configuration found is given back and the regions compile again with it at
-their next call. The exit line says which budget was set.
+their next call. Each budget set warns once, and the exit line of a managed
+process says which was set last.
   Values: recomputing in the backward what the forward computed runs the
 same operators on the same inputs, so with ``aot_eager`` (the operators
 torch runs eagerly) the values are bit-identical to the same compiled
@@ -110,6 +111,12 @@ class Partitioner:
             config.enable_autograd_cache = False  # its key leaves the joint pass out
         config.activation_memory_budget = self.chosen = lower[0]
         torch._dynamo.reset()  # the regions compile again at their next call, with the new budget
+        import warnings
+
+        warnings.warn(f"tensorpager: the budget's ratio is below what the compiled regions hold at once: they compile"
+                      f" again with torch's activation_memory_budget {self.chosen:g}, their backward recomputing what"
+                      " they no longer save, and the next iteration measures them (Note [A partitioner budget for"
+                      " compiled regions] in tensorpager/_partitioner.py)", RuntimeWarning, stacklevel=2)
         return True
 
     def refusal(self, ratio: float, peak: int) -> str:

@@ -3,6 +3,8 @@ _partitioner.py), without the extension: the ladder, where it stops, and what is
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -13,16 +15,23 @@ from tensorpager import _partitioner  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def _found_value() -> object:
+    warnings.filterwarnings("ignore", "tensorpager: the budget's ratio", RuntimeWarning)
     with config.patch(activation_memory_budget=1.0, joint_custom_pass=None, enable_autograd_cache=True):
         yield
 
 
-def test_each_lowering_sets_the_next_budget_below_the_one_in_force_until_none_is_left() -> None:
+def test_each_lowering_sets_the_next_budget_below_the_one_in_force_and_says_so_until_none_is_left() -> None:
     p = _partitioner.Partitioner()
     got = []
-    while p.lower():
+    while True:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if not p.lower():
+                assert not caught
+                break
         got.append(config.activation_memory_budget)
         assert p.chosen == got[-1]
+        assert [f"activation_memory_budget {got[-1]:g}," in str(w.message) for w in caught] == [True], caught
     assert got == list(_partitioner.LADDER)
     assert config.activation_memory_budget == _partitioner.LADDER[-1]  # the last stays in force
     assert config.joint_custom_pass is not None and not config.enable_autograd_cache
