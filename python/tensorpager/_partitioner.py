@@ -60,6 +60,8 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
+import warnings
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -71,8 +73,6 @@ LADDER = (0.5, 0.2, 0.1)  # 0.0 recomputes a whole region in its backward at onc
 def save_random_values(graph: Any, inputs: Any, then: Any = None) -> Any:
     """A joint-graph pass: after `then` (the pass installed before, if any), marks what each random operator
     computes to be saved, never recomputed (Note [Random operators are saved]). Returns the graph."""
-    import operator
-
     import torch
     from torch.utils.checkpoint import CheckpointPolicy
 
@@ -111,8 +111,6 @@ class Partitioner:
             config.enable_autograd_cache = False  # its key leaves the joint pass out
         config.activation_memory_budget = self.chosen = lower[0]
         torch._dynamo.reset()  # the regions compile again at their next call, with the new budget
-        import warnings
-
         warnings.warn(f"tensorpager: the budget's ratio is below what the compiled regions hold at once: they compile"
                       f" again with torch's activation_memory_budget {self.chosen:g}, their backward recomputing what"
                       " they no longer save, and the next iteration measures them (Note [A partitioner budget for"
