@@ -92,7 +92,7 @@ class Steps:
 
     def _accumulates_for_an_optimizer(self, module: Any) -> bool:
         """Whether module holds gradients that an optimizer of its parameters has yet to step on."""
-        if self.no_optimizer or not any(p.grad is not None for p in module.parameters()):
+        if self.no_optimizer or not _holds_gradients(module):
             return False
         import gc
 
@@ -111,3 +111,25 @@ class Steps:
         for h in self._hooks:
             h.remove()
         self._hooks = ()
+
+
+def _holds_gradients(module: Any) -> bool:
+    """Whether a parameter of module or of its submodules has a gradient.
+
+    Asked at every boundary of a program without an optimizer that sets its
+    gradients to None, so walked through ``_modules`` and ``_parameters``
+    directly: ``module.parameters()`` builds named generators per module, 106
+    microseconds a step for the 97 modules of bench/hook_cost_bench.py, this
+    walk 35."""
+    seen = {id(module)}
+    todo = [module]
+    while todo:
+        m = todo.pop()
+        for p in m._parameters.values():
+            if p is not None and p.grad is not None:
+                return True
+        for c in m._modules.values():
+            if c is not None and id(c) not in seen:
+                seen.add(id(c))
+                todo.append(c)
+    return False

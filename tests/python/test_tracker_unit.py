@@ -112,6 +112,24 @@ def test_one_step_boundary_per_iteration_with_zero_grad_first() -> None:
         assert tr.boundaries == ext.boundaries == 3  # the last iteration ends with the block (Note [One step per iteration])
 
 
+def test_a_gradient_anywhere_in_the_tree_is_found_once_shared_modules_and_empty_slots_included() -> None:
+    """_steps._holds_gradients walks _modules and _parameters itself (it is asked at every boundary of a
+    program without an optimizer): it must see what module.parameters() sees."""
+    from tensorpager._steps import _holds_gradients
+
+    shared = nn.Linear(4, 4)
+    deep = nn.Sequential(nn.Linear(4, 4), nn.Sequential(shared, nn.ReLU()))
+    model = nn.ModuleDict({"a": deep, "b": shared})
+    model.register_module("empty", None)
+    deep[0].register_parameter("bias", None)
+    assert not _holds_gradients(model)
+    shared.bias.grad = torch.zeros(4)
+    assert _holds_gradients(model) and _holds_gradients(deep[1]) and not _holds_gradients(deep[0])
+    shared.bias.grad = None
+    deep[0].weight.grad = torch.zeros(4, 4)
+    assert _holds_gradients(model) and not _holds_gradients(model["b"])
+
+
 def mlp() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
