@@ -12,7 +12,10 @@ recipes whose first iteration is not a steady one (issue 30 item 3), chosen by
 - ``lbfgs``: LBFGS, whose step calls the closure (a forward and a backward)
   several times;
 - ``checkpoint`` / ``checkpoint_reentrant``: ``torch.utils.checkpoint`` of each
-  block, whose backward runs the block's forward again.
+  block, whose backward runs the block's forward again;
+- ``step_in_backward``: PyTorch's "optimizer step in backward" recipe, an Adam
+  per parameter stepped by ``register_post_accumulate_grad_hook`` as its
+  gradient is accumulated, then its gradient dropped.
 
 It prints one ``loss <iteration> <float.hex>`` line per optimizer step and,
 at the end, ``state <sha256>`` of every parameter and optimizer state tensor,
@@ -54,10 +57,10 @@ class Net(nn.Module):
         return self.head(x)
 
 
-def digest(model: nn.Module, opt: torch.optim.Optimizer) -> str:
+def digest(model: nn.Module, opts: list[torch.optim.Optimizer]) -> str:
     h = hashlib.sha256()
     tensors = [p for p in model.parameters()] + [b for b in model.buffers()]
-    for state in opt.state.values():
+    for state in (s for opt in opts for s in opt.state.values()):
         tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
     for t in tensors:
         h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
@@ -69,12 +72,24 @@ def main() -> None:
     torch.manual_seed(0)
     checkpoint = {"checkpoint": "plain", "checkpoint_reentrant": "reentrant"}.get(RECIPE)
     model = Net(checkpoint).to(device)
-    if RECIPE == "accumulate":
+    if RECIPE == "step_in_backward":
+        per_parameter = {p: torch.optim.Adam([p], lr=1e-3, foreach=False) for p in model.parameters()}
+
+        def step_now(p: torch.Tensor) -> None:
+            per_parameter[p].step()
+            per_parameter[p].zero_grad()
+
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(step_now)
+        opts = list(per_parameter.values())
+    elif RECIPE == "accumulate":
         opt: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     elif RECIPE == "lbfgs":
         opt = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=3, history_size=2)
     else:
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    if RECIPE != "step_in_backward":
+        opts = [opt]
     g = torch.Generator().manual_seed(1)
     micro = 4 if RECIPE == "accumulate" else 1
 
@@ -93,6 +108,10 @@ def main() -> None:
                 return loss
 
             loss = opt.step(closure)
+        elif RECIPE == "step_in_backward":
+            x, y = batch()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()  # each parameter's Adam steps as its gradient is ready
         elif RECIPE == "accumulate":
             for _ in range(micro):
                 x, y = batch()
@@ -107,7 +126,7 @@ def main() -> None:
             loss.backward()
             opt.step()
         print(f"loss {it} {loss.item().hex()}", flush=True)
-    print(f"state {digest(model, opt)}", flush=True)
+    print(f"state {digest(model, opts)}", flush=True)
 
 
 if __name__ == "__main__":

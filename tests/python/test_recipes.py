@@ -2,7 +2,8 @@
 
 recipes_train.py trains by recipes whose first iteration is not a steady one
 (zero_grad() just before backward() with SGD momentum, gradient
-accumulation with Adam, LBFGS, both torch.utils.checkpoint flavours), knowing
+accumulation with Adam, LBFGS, an optimizer step per parameter inside the
+backward, both torch.utils.checkpoint flavours), knowing
 nothing of tensorpager. Under only
 ``backend:tensorpager,manage:all,budget:0.5`` each must train to the plain
 run's losses and final state bit for bit, with the budget in force, something
@@ -48,7 +49,8 @@ def run(recipe: str, conf: str | None = None) -> tuple[int, str, str]:
 MAY_BE_REFUSED = ("checkpoint", "checkpoint_reentrant")
 
 
-@pytest.mark.parametrize("recipe", ["zero_grad_first", "accumulate", "lbfgs", "checkpoint", "checkpoint_reentrant"])
+@pytest.mark.parametrize("recipe", ["zero_grad_first", "accumulate", "lbfgs", "step_in_backward", "checkpoint",
+                                    "checkpoint_reentrant"])
 def test_a_recipe_trains_at_half_its_steady_peak_or_is_refused_at_once_naming_a_ratio_that_trains(recipe: str) -> None:
     code, plain, err = run(recipe)
     assert code == 0, err
