@@ -54,6 +54,25 @@ def test_gpt_trains_at_half_its_peak_with_only_the_variable(tmp_path: Path) -> N
     assert "tensorpager" not in plain.stderr
 
 
+def test_lending_never_fails_a_budget_that_activations_alone_train_under() -> None:
+    """Issue 30 item 2: manage:all ran out of memory where manage:activations trained at the same budget.
+    Byte budgets of 0.3 and 0.23 of the GPT's peak (both trained by both, 2026-11-29; 0.18 fails both)."""
+    plain = run_python(SCRIPT, env=clean_env())
+    measured = run_python(SCRIPT + PEAK_CHECK, env=clean_env(**{VAR: "backend:tensorpager"}), hook=True)
+    peak = int(re.search(r"^peak (\d+)$", measured.stdout, re.M).group(1))
+    for share in (0.3, 0.23):
+        budget = int(share * peak)
+        runs = {}
+        for manage in ("activations", "all"):
+            runs[manage] = run_python(SCRIPT, env=clean_env(**{VAR: f"backend:tensorpager,manage:{manage},budget:{budget}"}),
+                                      hook=True, check=False)
+            print(f"{share} {manage}: {runs[manage].stderr.strip().splitlines()[-1]}")
+        assert runs["activations"].returncode == 0, runs["activations"].stderr
+        assert runs["all"].returncode == 0, f"manage:activations trained at {budget} B, manage:all did not:\n{runs['all'].stderr}"
+        assert losses(runs["all"].stdout) == losses(runs["activations"].stdout) == losses(plain.stdout)
+        assert int(exit_line(runs["all"].stderr)["peak"]) <= budget
+
+
 def test_resnet_trains_at_half_its_peak_with_only_the_variable() -> None:
     # The stem's backward holds more than half of the peak unless the weights
     # and gradients of the other layers are swapped out too: manage:all
