@@ -165,8 +165,12 @@ def _hook_child(env_overrides: dict[str, str], code: str = "import torch\nprint(
         ("backend:tensorpager,roundup_power2_divisions:[256:1," + "9" * 100_000, "is never closed by ']'"),
         ("backend:tensorpager,budgte:1GiB", "unknown key 'budgte' (did you mean 'budget'?)"),
         ("backend:tensorpager,timeline:/nonexistent-tp-folder/x.html", "does not exist"),
+        # Issue 30 item 6: spellings that installed nothing and said nothing, or aborted in c10's tokenizer.
+        ("BACKEND:tensorpager,MANAGE:all,BUDGET:0.5", "no entry is backend:tensorpager, so nothing would be installed"),
+        ("backend:tensorpager;manage:all;budget:0.5", "no entry is backend:tensorpager, so nothing would be installed"),
+        ("backend=tensorpager,manage=all,budget=0.5", "no entry is backend:tensorpager, so nothing would be installed"),
     ],
-    ids=["unbalanced-bracket-100KB", "typo", "timeline-folder"],
+    ids=["unbalanced-bracket-100KB", "typo", "timeline-folder", "upper-case", "semicolons", "equals"],
 )
 def test_hook_refuses_with_a_named_error_before_torch_runs(value: str, fragment: str) -> None:
     proc = _hook_child({"PYTORCH_CUDA_ALLOC_CONF": value})
