@@ -19,6 +19,21 @@ TEST(BudgetFloor, SmallestWorkableBudgetIsTheLargerLowerBound) {
   EXPECT_EQ(smallest_workable_budget({0.5, 400 * MiB, 300 * MiB, 240 * MiB}), 300 * MiB);
 }
 
+TEST(BudgetFloor, AStepFloorAboveThePeakIsCappedAtThePeakWhichTheStepRanIn) {
+  // Measured: an MLP whose state is all small tensors, 6 MiB peak, a step floor of 8 MiB
+  // (1.4 MiB stranded at its start, rounded up to granules); every ratio was refused, 1.0 included.
+  EXPECT_EQ(smallest_workable_budget({1.0, 6 * MiB, 4 * MiB, 8 * MiB, 2 * MiB}), 6 * MiB);
+  EXPECT_NO_THROW(check_budget_floor(6 * MiB, {1.0, 6 * MiB, 4 * MiB, 8 * MiB, 2 * MiB}));
+  try {
+    check_budget_floor(3 * MiB, {0.5, 6 * MiB, 4 * MiB, 8 * MiB, 2 * MiB});
+    FAIL() << "expected tp::out_of_memory";
+  } catch (const out_of_memory& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("6.0 MiB (ratio 1.00 of the peak)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("an estimate that the peak the step ran in caps"), std::string::npos) << msg;
+  }
+}
+
 TEST(BudgetFloor, AcceptsABudgetAtOrAboveTheFloor) {
   EXPECT_NO_THROW(check_budget_floor(240 * MiB, {0.6, 400 * MiB, 90 * MiB, 240 * MiB}));
   EXPECT_NO_THROW(check_budget_floor(400 * MiB, {1.0, 400 * MiB, 90 * MiB, 0}));
