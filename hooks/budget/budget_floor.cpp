@@ -72,9 +72,9 @@ void check_budget_floor(std::size_t budget, const budget_floor_figures& f) {
   if (budget >= floor) return;
   const double peak = f.peak > 0 ? static_cast<double>(f.peak) : 1.0;
   throw out_of_memory(
-      "tensorpager: Budget: ratio " + fixed(f.ratio, 2) + " of the first step's peak (" + mib(f.peak) +
+      "tensorpager: Budget: ratio " + fixed(f.ratio, 2) + " of the measured peak (" + mib(f.peak) +
       " reserved) is " + mib(budget) + ", below what the steps need whatever is evicted: " + mib(f.between_steps) +
-      " stay reserved between steps (weights, gradients, optimizer state), and the first step held " +
+      " stay reserved between steps (weights, gradients, optimizer state), and a step held " +
       mib(f.step_floor) +
       " at once that no eviction could give back (those, activation gradients in flight, an operator's "
       "operands" +

@@ -122,7 +122,7 @@ class Partitioner:
         mib = 1 << 20
         tried = ", ".join(f"{a:g} peaked at {p / mib:.1f} MiB" for a, p in self.peaks.items())
         best = min(self.peaks.values())
-        return (f"tensorpager: Budget: ratio {ratio:.2f} of the first step's peak ({peak / mib:.1f} MiB reserved) is"
+        return (f"tensorpager: Budget: ratio {ratio:.2f} of the measured peak ({peak / mib:.1f} MiB reserved) is"
                 f" {int(ratio * peak) / mib:.1f} MiB, and the model runs compiled: a compiled region holds what it"
                 f" saves at once. Compiled again with torch's activation_memory_budget, an iteration at {tried}. The"
                 f" smallest budget that could work is at least {best / mib:.1f} MiB (ratio"

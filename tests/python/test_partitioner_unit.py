@@ -67,7 +67,7 @@ def test_the_refusal_names_every_budget_tried_and_the_ratio_of_the_lowest_peak()
     p = _partitioner.Partitioner()
     p.peaks = {0.5: 46 << 20, 0.2: 32 << 20, 0.1: 26 << 20}
     message = p.refusal(0.3, 66 << 20)
-    assert "ratio 0.30 of the first step's peak (66.0 MiB reserved) is 19.8 MiB" in message
+    assert "ratio 0.30 of the measured peak (66.0 MiB reserved) is 19.8 MiB" in message
     assert "0.5 peaked at 46.0 MiB, 0.2 peaked at 32.0 MiB, 0.1 peaked at 26.0 MiB" in message
     assert "at least 26.0 MiB (ratio 0.40 of the peak): the budget is refused" in message
 
