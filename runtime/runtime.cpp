@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "allocator/size_policy.hpp"
 #include "core/errors.hpp"
 #include "core/format_bytes.hpp"
 
@@ -82,35 +81,6 @@ tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, str
   poll_locked();
   if (recorded) after_event_locked(false);
   return ref.id;
-}
-
-// Note [Resident floor]: a candidate the program still holds (the input batch
-// through the whole forward) frees nothing when evicted, so it is not spare.
-// Telling which are held takes a scan of the candidates, O(n) an event, so it
-// is done only while no budget is set: in the steps a ratio is measured on,
-// which are the steps whose floor refuses a budget (Note [Budget floor] in
-// hooks/budget/budget_floor.cpp). Under a budget the floor counts them all.
-memory_runtime::floor_spare memory_runtime::floor_spare_locked(const managed_tensor& t) const {
-  if (alloc_.budget()) return {candidates_.bytes(), t.in_candidates ? t.bytes : 0};
-  std::size_t all = 0;
-  for (std::size_t i = 0; i < candidates_.size(); ++i) {
-    const managed_tensor& c = candidates_.at(i);
-    if (c.binding->can_release()) all += c.bytes;
-  }
-  return {all, t.in_candidates && t.binding->can_release() ? t.bytes : 0};
-}
-
-void memory_runtime::sample_floor_locked(const managed_tensor& t, bool tracked) {
-  const auto marks = alloc_.take_allocated_high_water();
-  const floor_spare spare = floor_spare_locked(t);
-  const std::size_t stranded = floor_.at_step_start() ? alloc_.stranded_bytes() : 0;
-  if (tracked) {
-    // t was in use at the high-water moment, and may be evicted from now on.
-    floor_.sample(marks.high_water, marks.now, spare.all - spare.of_t, spare.all, stranded);
-  } else {
-    // t waited until now, and is about to be used.
-    floor_.sample(marks.high_water, marks.now, spare.all, spare.all - spare.of_t, stranded);
-  }
 }
 
 void memory_runtime::make_candidate(managed_tensor& t) {
@@ -294,24 +264,6 @@ std::size_t memory_runtime::recorded_events() const {
 std::size_t memory_runtime::prefetch_distance() const {
   lock_type lock(mu_);
   return recorder_.prefetch_distance();
-}
-
-std::size_t memory_runtime::floor_bytes() const {
-  lock_type lock(mu_);
-  return floor_.peak();
-}
-
-std::size_t memory_runtime::lowest_floor_bytes() const {
-  lock_type lock(mu_);
-  // Note [Resident floor]: a budget holds whole granules.
-  const std::size_t granule = alloc_.granularity();
-  const std::size_t floor = floor_.lowest();
-  return granule == 0 ? floor : size_policy::round_up(floor, granule);
-}
-
-std::size_t memory_runtime::floor_stranded_bytes() const {
-  lock_type lock(mu_);
-  return floor_.stranded_at_start();
 }
 
 runtime_stats memory_runtime::stats() const {

@@ -252,4 +252,11 @@ void transfer_engine::poll(std::int64_t now_ns) {
   timer_.collect(costs_);
 }
 
+std::optional<std::size_t> transfer_engine::host_room() const {
+  const std::optional<std::size_t> budget = pool_.budget();
+  if (!budget || pool_.fallback() != host_fallback::error) return std::nullopt;
+  const std::size_t in_use = pool_.stats().in_use_bytes;
+  return *budget > in_use ? *budget - in_use : 0;
+}
+
 }  // namespace tp

@@ -169,6 +169,9 @@ class transfer_engine {
   void poll(std::int64_t now_ns);
   /// Host blocks still waiting on a copy.
   std::size_t deferred_host_frees() const { return deferred_.size(); }
+  /// The bytes more that offloads may take of the pinned host pool, where it
+  /// refuses past its budget (fallback error); none where it does not.
+  std::optional<std::size_t> host_room() const;
 
   /// Sends the transfer events of Note [Runtime events] to o (nullptr:
   /// none). Not owned.

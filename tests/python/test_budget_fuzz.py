@@ -1,9 +1,11 @@
 """Randomised training under a budget: random models (linear, convolutional,
 normalisation, dropout, residual blocks), random budgets and policies, with
 and without a capped host pool (forcing recompute), each compared bit for bit
-with the unmanaged run; a budget too small for a step may end in
-out-of-memory (at most 2 of 6 cases). The seed is printed; TP_FUZZ_SEED
-repeats a run.
+with the unmanaged run; a budget too small for a step must be refused at
+once by the floor check, naming the smallest that could work: one it accepts
+must train (issue 30: the floor is a prediction that holds; 0 of 354 cases,
+59 seeds, ran out of memory after the check, 2026-11-29). The seed is
+printed; TP_FUZZ_SEED repeats a run.
 
 Why a subprocess: each case runs in a fresh interpreter: it installs the allocator, which replaces
 the process-wide one and cannot be undone, and a hang fails through the subprocess's timeout.
@@ -110,11 +112,11 @@ def _run(host: str | None) -> None:
     assert not wrong, f"TP_FUZZ_SEED={result['seed']}: gradients differ: {wrong}"
     ooms = [c for c in result["cases"] if c["same"] is not True]
     assert all("Budget:" in c["same"] for c in ooms), ooms  # the breakdown of the out-of-memory message
-    # A budget below the first step's floor is refused at once, naming the
-    # smallest that could work (Note [Budget floor]): the answer, not a failure.
+    # A budget below the floor is refused at once, naming the smallest that
+    # could work (Note [Budget floor]); a budget the floor accepted trains.
     failed = [c for c in ooms if "The smallest budget that could work" not in c["same"]]
-    assert len(failed) <= 2, f"TP_FUZZ_SEED={result['seed']}: {len(failed)} of 6 ran out of memory: {failed}"
-    assert len(ooms) <= 4, f"TP_FUZZ_SEED={result['seed']}: {len(ooms)} of 6 refused or ran out of memory: {ooms}"
+    assert not failed, f"TP_FUZZ_SEED={result['seed']}: the floor accepted, then out of memory: {failed}"
+    assert len(ooms) <= 4, f"TP_FUZZ_SEED={result['seed']}: {len(ooms)} of 6 refused: {ooms}"
 
 
 @requires_ext

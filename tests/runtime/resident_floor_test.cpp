@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "runtime/runtime.hpp"
 #include "runtime_test_support.hpp"
 
@@ -153,6 +155,34 @@ TEST(ResidentFloor, RuntimeCountsTheStrandedBytesAtTheStepsStart) {
   EXPECT_EQ(rig.alloc.granularity(), 2 * MiB);
   rt.untrack(tx);
   for (void* p : blocks) rig.alloc.deallocate(p);
+}
+
+// Weights (8 MiB), then three operators' outputs of 4 MiB: x and y can only
+// be swapped (recompute cost 0), z can be recomputed. The floor of the step.
+std::size_t floor_of_three_outputs(std::optional<std::size_t> host_budget) {
+  runtime_rig rig({.host_budget = host_budget, .expandable = true});
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, {});
+  void* weights = rig.alloc.allocate(8 * MiB, rig.compute);
+  fake_binding x(rig, 4 * MiB, 1);
+  const tensor_id tx = rt.track(x, x.bytes(), rig.compute, 0);
+  fake_binding y(rig, 4 * MiB, 2);
+  const tensor_id ty = rt.track(y, y.bytes(), rig.compute, 0);
+  fake_binding z(rig, 4 * MiB, 3);
+  const tensor_id tz = rt.track(z, z.bytes(), rig.compute, 1000);
+  rt.step();
+  const std::size_t floor = rt.floor_bytes();
+  rt.untrack(tz);
+  rt.untrack(ty);
+  rt.untrack(tx);
+  rig.alloc.deallocate(weights);
+  return floor;
+}
+
+TEST(ResidentFloor, WhatCannotBeRecomputedIsSpareOnlyAsFarAsTheHostPoolHasRoom) {
+  // While z is made, x and y wait: both can be swapped to an uncapped pool
+  // (the weights and z stay), one of them to a pool that refuses past 4 MiB.
+  EXPECT_EQ(floor_of_three_outputs(std::nullopt), 12 * MiB);
+  EXPECT_EQ(floor_of_three_outputs(4 * MiB), 16 * MiB);
 }
 
 TEST(ResidentFloor, ATensorTheProgramHoldsIsNotSpareWhileNoBudgetIsSet) {
