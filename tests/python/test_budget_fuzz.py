@@ -3,9 +3,11 @@ normalisation, dropout, residual blocks), random budgets and policies, with
 and without a capped host pool (forcing recompute), each compared bit for bit
 with the unmanaged run; a budget too small for a step must be refused at
 once by the floor check, naming the smallest that could work: one it accepts
-must train (issue 30: the floor is a prediction that holds; 0 of 354 cases,
-59 seeds, ran out of memory after the check, 2026-11-29). The seed is
-printed; TP_FUZZ_SEED repeats a run.
+must train (issue 30: the floor is a prediction that holds). Measured
+2026-11-29: 1 of 240 cases (40 seeds) ran out of memory after the check, a
+capped host pool's (seed 210, fixed in runtime_floor.cpp); after the fix 0
+of 300 (50 seeds, 30 of them with the capped pool). The seed is printed;
+TP_FUZZ_SEED repeats a run.
 
 Why a subprocess: each case runs in a fresh interpreter: it installs the allocator, which replaces
 the process-wide one and cannot be undone, and a hang fails through the subprocess's timeout.
