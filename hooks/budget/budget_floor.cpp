@@ -18,11 +18,11 @@
 // step counted from what it held at its start: a first iteration without
 // the optimizer's state holds less than the steady one. The figure is meant
 // as a prediction both ways, a refused ratio cannot work and the ratio named
-// does (tests/python/test_floor_prediction.py). It does not yet hold
-// everywhere: free pieces of granules grow as the budget moves small tensors
-// about, and a small decoder whose floor is 0.46 still runs out of memory at
-// 0.5 in some runs (docs/decisions.md, "Resident floor"); the allocator's
-// out-of-memory message then says what stranded the memory.
+// does (tests/python/test_floor_prediction.py, test_budget_fuzz.py, whose
+// accepted budgets must all train). Where it has failed (docs/decisions.md,
+// "Resident floor"): free pieces of granules that grew as the budget moved
+// small tensors about, and swaps that a capped host pool could not take; the
+// allocator's out-of-memory message then says what stranded the memory.
 
 #include "hooks/budget/budget_floor.hpp"
 
