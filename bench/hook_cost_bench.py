@@ -18,6 +18,12 @@ costs any Python implementation before it does anything (about half of it the
 saved-tensor hooks: PyTorch wraps each saved tensor for the call and keeps
 what the hook returns).
 
+The cyclic GC lines give Python's garbage collector's time per step, mean
+over every timed step of the mode: a full collection of everything torch
+loaded takes tens of milliseconds, comes every hundred steps or so when each
+step leaves more objects alive than the collector's threshold, and the
+medians leave those rounds out.
+
 The last line says what that predicts for a GPU step of the same model: the
 hooks run on the host as here, while the step's own work, about 5 microseconds
 per kernel launch for tensors this small, is no longer 20-50 times the CPU's.
@@ -25,6 +31,7 @@ per kernel launch for tensors this small, is no longer 20-50 times the CPU's.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 
@@ -76,11 +83,34 @@ def main() -> None:
     step()
     peak = int(tp.stats()["allocated_bytes.all.peak"])
 
-    def steps(n: int) -> float:
+    # Python's cyclic GC, timed apart: a full collection (tens of milliseconds with torch loaded) comes
+    # every hundred steps or so where a step leaves many objects alive, and the medians below leave
+    # such rare rounds out.
+    gc_ns = {"on": 0, "off": 0, "floor": 0}
+    gc_steps = {"on": 0, "off": 0, "floor": 0}
+    gc_full = {"on": 0, "off": 0, "floor": 0}
+    timing: list = [None, 0]  # the mode whose steps are timed now, and when the collection began
+
+    def on_gc(phase: str, info: dict) -> None:
+        if timing[0] is None:
+            return
+        if phase == "start":
+            timing[1] = time.thread_time_ns()
+        else:
+            gc_ns[timing[0]] += time.thread_time_ns() - timing[1]
+            gc_full[timing[0]] += info["generation"] == 2
+
+    gc.callbacks.append(on_gc)
+
+    def steps(n: int, mode: str = "off") -> float:
+        timing[0] = mode
+        gc_steps[mode] += n
         t0 = time.thread_time_ns()
         for _ in range(n):
             step()
-        return (time.thread_time_ns() - t0) / n
+        ns = (time.thread_time_ns() - t0) / n
+        timing[0] = None
+        return ns
 
     from torch.nn.modules import module as nn_module
 
@@ -90,7 +120,7 @@ def main() -> None:
         try:
             with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
                 step()
-                return steps(STEPS)
+                return steps(STEPS, "floor")
         finally:
             pre.remove()
             post.remove()
@@ -101,7 +131,7 @@ def main() -> None:
             if mode == "on":
                 with tp.budget(10 * peak, lend=False):  # bytes: nothing to measure first
                     step()  # untimed: the session's first storages open its runtime
-                    managed.append(steps(STEPS))
+                    managed.append(steps(STEPS, "on"))
                     evictions += int(tp.stats().get("tensorpager.runtime.evictions", 0))
             elif mode == "floor":
                 floor.append(noop_hooks())
@@ -122,6 +152,10 @@ def main() -> None:
     print(f"{'per saved tensor':<28} {per_tensor_us:>9.2f} us  (pack + unpack + bookkeeping)")
     print(f"{'floor per saved tensor':<28} {floor_us:>9.2f} us  (no-op Python module and saved-tensor hooks; "
           f"ratio {statistics.median(f / p for f, p in zip(floor, plain)):.3f})")
+    for mode, name in (("on", "managed"), ("off", "unmanaged")):
+        print(f"{'cyclic GC, ' + name:<28} {gc_ns[mode] / max(gc_steps[mode], 1) / 1e3:>9.1f} us a step (mean over "
+              f"{gc_steps[mode]} steps, {gc_full[mode]} full collections)")
+    gc.callbacks.remove(on_gc)
     gpu_step_us = kernels * LAUNCH_US
     print(f"GPU prediction: a launch-bound step of {kernels} operators takes about {gpu_step_us:.0f} us; "
           f"{saved} saved tensors at {per_tensor_us:.2f} us add {saved * per_tensor_us:.0f} us "

@@ -1,6 +1,7 @@
 #include "hooks/budget/runtime_bindings.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,9 +68,10 @@ class gil_safe_callable {
   gil_safe_callable(const gil_safe_callable&) = delete;
   gil_safe_callable& operator=(const gil_safe_callable&) = delete;
 
-  at::Tensor operator()() const {
+  template <class... Args>
+  at::Tensor operator()(Args... args) const {
     py::gil_scoped_acquire gil;
-    py::object result = fn_();
+    py::object result = fn_(args...);
     at::Tensor t = result.cast<at::Tensor>();
     result = py::object();  // so that only t refers to the recomputed storage
     return t;
@@ -94,19 +96,28 @@ void register_runtime(py::module_& m) {
            "tensor was changed in place since it was packed (Note [In-place changes to saved tensors]).")
       .def(
           "set_recompute",
-          [](py_saved_tensor& s, py::object fn, std::int64_t cost_ns, std::optional<std::uint32_t> version) {
+          [](py_saved_tensor& s, py::object fn, std::int64_t cost_ns, std::optional<std::uint32_t> version,
+             std::optional<std::int64_t> index, bool whole) {
             if (fn.is_none()) {
               s.storage().set_recompute({}, 0);
               return;
             }
             auto callable = std::make_shared<gil_safe_callable>(std::move(fn));
-            s.storage().set_recompute([callable] { return (*callable)(); }, cost_ns,
-                                      s.version.at_version(version.value_or(s.version.at())));
+            std::function<at::Tensor()> rerun;
+            if (index) {
+              rerun = [callable, i = *index, whole] { return (*callable)(i, whole); };
+            } else {
+              rerun = [callable] { return (*callable)(); };
+            }
+            s.storage().set_recompute(std::move(rerun), cost_ns, s.version.at_version(version.value_or(s.version.at())));
           },
-          py::arg("fn"), py::arg("cost_ns"), py::arg("version") = py::none(),
+          py::arg("fn"), py::arg("cost_ns"), py::arg("version") = py::none(), py::arg("index") = py::none(),
+          py::arg("whole") = false,
           "Makes the managed storage droppable: fn() returns a tensor whose storage holds its bytes again, as "
           "they were at `version` of this tensor's version counter (None: the version at pack). Once the tensor "
-          "has moved past that version the storage is never dropped (Note [Recompute reproduces one version]).")
+          "has moved past that version the storage is never dropped (Note [Recompute reproduces one version]). "
+          "With an index, fn(index, whole) instead: one fn serves every tensor of a segment, and no Python "
+          "object is made per tensor (Tracker.post_forward).")
       .def_property_readonly("managed", [](const py_saved_tensor& s) { return s.view.has_value(); })
       .def_property_readonly(
           "version",

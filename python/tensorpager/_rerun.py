@@ -52,14 +52,14 @@ class Segment:
         self.rng = rng_state()
         self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
         enabled, dtype = torch.is_autocast_enabled, torch.get_autocast_dtype
-        self.autocast = (("cpu", enabled("cpu"), dtype("cpu")), ("cuda", enabled("cuda"), dtype("cuda")))
+        self.autocast = _autocast_states(enabled("cpu"), dtype("cpu"), enabled("cuda"), dtype("cuda"))
         # The input tensors, so that the pack hook knows one (Tracker.pack): alive while the forward runs.
         # Inference tensors have no version counter (and autograd never saves them).
         if type(args) is tuple and len(args) == 1 and isinstance(args[0], torch.Tensor):
             a = args[0]  # most calls: one tensor, without flatten or comprehensions
             self.inputs = args
             key = storage_key(a)
-            self.input_keys = set() if key is None else {key}
+            self.input_keys = () if key is None else (key,)  # a tuple of an int: no object for the GC
             self.input_versions = [] if a.is_inference() else [(a, a._version)]
         else:
             self.inputs = tensors = tuple(a for a in flatten(args) if isinstance(a, torch.Tensor))
@@ -194,6 +194,20 @@ def modules_read(module: Any) -> list:
             for o in other.modules():
                 seen.setdefault(id(o), o)
     return list(seen.values())
+
+
+_autocast_seen: dict[tuple, tuple] = {}
+
+
+def _autocast_states(cpu_enabled: bool, cpu_dtype: Any, cuda_enabled: bool, cuda_dtype: Any) -> tuple:
+    """The autocast states a segment records: one tuple per combination, shared by every segment that
+    ran under it (a program sees one or two), so that segments, which live until their backward, keep
+    no containers of their own for Python's cyclic GC (Tracker.post_forward)."""
+    key = (cpu_enabled, cpu_dtype, cuda_enabled, cuda_dtype)
+    states = _autocast_seen.get(key)
+    if states is None:
+        states = _autocast_seen.setdefault(key, (("cpu", cpu_enabled, cpu_dtype), ("cuda", cuda_enabled, cuda_dtype)))
+    return states
 
 
 class HeldInput:

@@ -8,6 +8,7 @@ records what it was asked (test_tracker_unit.py, test_lend_unit.py).
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 
@@ -26,8 +27,10 @@ class FakeHandle:
         self.version = t._version
         self.recompute = None  # (function, cost in ns, version) once the tracker sets it
 
-    def set_recompute(self, fn, cost_ns: int, version: int) -> None:  # noqa: ANN001
-        self.recompute = (fn, cost_ns, version)
+    def set_recompute(self, fn, cost_ns: int, version: int, index: int | None = None,  # noqa: ANN001
+                      whole: bool = False) -> None:
+        # As _C: with an index, the runtime calls fn(index, whole).
+        self.recompute = (fn if index is None else functools.partial(fn, index, whole), cost_ns, version)
 
     def unpack(self) -> torch.Tensor:
         return self.tensor
