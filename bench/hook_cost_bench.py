@@ -2,13 +2,17 @@
 
     PYTHONPATH=python TENSORPAGER_EXT_DIR=build/hooks python3 bench/hook_cost_bench.py
 
-A model with many small saved tensors (an MLP of 48 layers of width 64, batch 16:
-each Linear saves its input, each ReLU its output, 8 KiB or less each) trains
-under ``tp.budget`` at ten times its peak, where nothing is ever evicted, with
-lend=False (what ``manage:activations`` does). Rounds alternate a managed and
-an unmanaged batch of steps in the same process, in alternating order, 41
-rounds (each managed batch in a budget block of its own, after one untimed step); the ratio is the median of each round's managed/unmanaged ratio, on the
-calling thread's CPU clock. The cost per saved tensor is the managed step's
+Two models, each trained under ``tp.budget`` at ten times its peak, where
+nothing is ever evicted, with lend=False (what ``manage:activations`` does):
+the worst case, many small saved tensors and a segment for every two (an MLP
+of 48 layers of width 64, batch 16: each Linear saves its input, each ReLU its
+output, 8 KiB or less each, and each layer is a segment of its own); and a
+GPT-style decoder whose segments are its 6 blocks, as a transformer's are.
+Rounds alternate a managed and an unmanaged batch of steps in the same
+process, in alternating order (41 rounds for the MLP, 15 for the GPT; each
+managed batch in a budget block of its own, after one untimed step); the
+ratio is the median of each round's managed/unmanaged ratio, on the calling
+thread's CPU clock. The cost per saved tensor is the managed step's
 extra time over the saved tensors a step packs (each packed once and unpacked
 once): pack, unpack and the runtime's bookkeeping together.
 
@@ -27,6 +31,8 @@ medians leave those rounds out.
 The last line says what that predicts for a GPU step of the same model: the
 hooks run on the host as here, while the step's own work, about 5 microseconds
 per kernel launch for tensors this small, is no longer 20-50 times the CPU's.
+A step whose kernels outlast their launches hides the host's time behind the
+device's, so the prediction is the worst case for the model.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import time
 
 LAYERS, WIDTH, BATCH = 48, 64, 16
 ROUNDS, STEPS = 41, 5
+GPT_ROUNDS = 15  # its steps are ten times longer
 LAUNCH_US = 5.0  # a small kernel's launch on a GPU, host side
 
 
@@ -52,12 +59,71 @@ def main() -> None:
     layers: list[nn.Module] = []
     for _ in range(LAYERS):
         layers += [nn.Linear(WIDTH, WIDTH), nn.ReLU()]
-    model = nn.Sequential(*layers)
+    mlp = nn.Sequential(*layers)
     x = torch.randn(BATCH, WIDTH)
 
-    def step() -> None:
-        model.zero_grad(set_to_none=True)
-        model(x).square().mean().backward()
+    def mlp_step() -> None:
+        mlp.zero_grad(set_to_none=True)
+        mlp(x).square().mean().backward()
+
+    measure(f"{LAYERS} x (Linear {WIDTH}x{WIDTH} + ReLU), batch {BATCH}", mlp_step, ROUNDS)
+    print()
+    gpt, tokens, vocab = gpt_model()
+
+    def gpt_step() -> None:
+        gpt.zero_grad(set_to_none=True)
+        logits = gpt(tokens)
+        nn.functional.cross_entropy(logits.view(-1, vocab), tokens.view(-1)).backward()
+
+    measure("GPT-style, 6 blocks of width 128 (attention, MLP, layer norms), 4 x 64 tokens, tied head", gpt_step,
+            GPT_ROUNDS)
+
+
+def gpt_model() -> tuple:
+    """A small GPT-style decoder, its blocks the segments (Note [Segments] in tensorpager/_tracker.py):
+    about 26 saved tensors and 8 modules each, as a transformer block has."""
+    import torch
+    from torch import nn
+
+    d, t, b, v = 128, 64, 4, 256
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc, self.act, self.out = nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)
+
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            q, k, w = self.qkv(self.ln1(h)).view(b, t, 3, 4, d // 4).transpose(1, 3).unbind(2)
+            a = nn.functional.scaled_dot_product_attention(q, k, w, is_causal=True)
+            h = h + self.proj(a.transpose(1, 2).reshape(b, t, d))
+            return h + self.out(self.act(self.fc(self.ln2(h))))
+
+    class GPT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(v, d)
+            self.blocks = nn.ModuleList(Block() for _ in range(6))
+            self.ln = nn.LayerNorm(d)
+            self.head = nn.Linear(d, v, bias=False)
+            self.head.weight = self.emb.weight
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            h = self.emb(ids)
+            for block in self.blocks:
+                h = block(h)
+            return self.head(self.ln(h))
+
+    torch.manual_seed(0)
+    return GPT(), torch.randint(0, v, (b, t)), v
+
+
+def measure(name: str, step, rounds: int) -> None:  # noqa: ANN001
+    """Prints the table for one model, whose training step is step()."""
+    import torch
+
+    import tensorpager as tp
 
     saved = 0
 
@@ -126,7 +192,7 @@ def main() -> None:
             post.remove()
 
     managed, plain, floor, evictions = [], [], [], 0
-    for r in range(ROUNDS):
+    for r in range(rounds):
         for mode in ("on", "off", "floor") if r % 2 == 0 else ("floor", "off", "on"):
             if mode == "on":
                 with tp.budget(10 * peak, lend=False):  # bytes: nothing to measure first
@@ -142,7 +208,7 @@ def main() -> None:
     extra_ns = statistics.median(m - p for m, p in zip(managed, plain))
     per_tensor_us = extra_ns / saved / 1e3
     floor_us = statistics.median(f - p for f, p in zip(floor, plain)) / saved / 1e3
-    print(f"model: {LAYERS} x (Linear {WIDTH}x{WIDTH} + ReLU), batch {BATCH}; {saved} saved tensors and "
+    print(f"model: {name}; {saved} saved tensors and "
           f"{kernels} operators per step; peak {peak / 2**10:.0f} KiB; budget 10x the peak; "
           f"{evictions} evictions")
     print(f"{'':<28} {'median':>12}")
