@@ -43,6 +43,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import types
 from functools import partial
 
 from tensorpager import _compiled, _lend, _module_hooks, _partitioner, _producers, _rerun, _steps
@@ -350,7 +351,8 @@ class Tracker:
         self.partitioner.close()
 
 
-_NOTHING_PACKED: dict = {}  # a finished segment's packed_inputs (never written: Tracker.pack writes the running one's)
+# A finished segment's packed_inputs: read-only, since it is shared (Tracker.pack writes the running segment's).
+_NOTHING_PACKED: Any = types.MappingProxyType({})
 
 
 class _ExitWithThread:
