@@ -31,10 +31,17 @@ SCRIPT = (Path(__file__).parent / "zero_code_train.py").read_text(encoding="utf-
 PEAK_CHECK = "\nimport tensorpager\nprint('peak', tensorpager.stats()['reserved_bytes.all.peak'])\n"
 
 
-def test_gpt_trains_at_half_its_peak_with_only_the_variable(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def gpt_plain_and_measured() -> tuple:
+    """The GPT script's run without tensorpager, its run under backend:tensorpager alone, and the
+    peak reserved that run measured (two runs, shared by the tests that need them)."""
     plain = run_python(SCRIPT, env=clean_env())
     measured = run_python(SCRIPT + PEAK_CHECK, env=clean_env(**{VAR: "backend:tensorpager"}), hook=True)
-    peak = int(re.search(r"^peak (\d+)$", measured.stdout, re.M).group(1))
+    return plain, measured, int(re.search(r"^peak (\d+)$", measured.stdout, re.M).group(1))
+
+
+def test_gpt_trains_at_half_its_peak_with_only_the_variable(tmp_path: Path, gpt_plain_and_measured) -> None:  # noqa: ANN001
+    plain, measured, peak = gpt_plain_and_measured
     budget = peak // 2
     timeline = tmp_path / "run.json"
     managed = run_python(
@@ -54,12 +61,10 @@ def test_gpt_trains_at_half_its_peak_with_only_the_variable(tmp_path: Path) -> N
     assert "tensorpager" not in plain.stderr
 
 
-def test_lending_never_fails_a_budget_that_activations_alone_train_under() -> None:
+def test_lending_never_fails_a_budget_that_activations_alone_train_under(gpt_plain_and_measured) -> None:  # noqa: ANN001
     """Issue 30 item 2: manage:all ran out of memory where manage:activations trained at the same budget.
     Byte budgets of 0.3 and 0.23 of the GPT's peak (both trained by both, 2026-11-29; 0.18 fails both)."""
-    plain = run_python(SCRIPT, env=clean_env())
-    measured = run_python(SCRIPT + PEAK_CHECK, env=clean_env(**{VAR: "backend:tensorpager"}), hook=True)
-    peak = int(re.search(r"^peak (\d+)$", measured.stdout, re.M).group(1))
+    plain, _, peak = gpt_plain_and_measured
     for share in (0.3, 0.23):
         budget = int(share * peak)
         runs = {}
