@@ -19,11 +19,16 @@ recipes whose first iteration is not a steady one (issue 30 item 3), chosen by
 
 It prints one ``loss <iteration> <float.hex>`` line per optimizer step and,
 at the end, ``state <sha256>`` of every parameter and optimizer state tensor,
-so two runs can be compared bit for bit.
+so two runs can be compared bit for bit. With ``EXIT_IN_BACKWARD_AT=<k>`` a
+gradient hook calls ``sys.exit(3)`` in iteration k's backward, and an
+``atexit`` handler prints ``at exit <sha256>`` of the same state: what a
+process that ends mid-step can still save.
 """
 
+import atexit
 import hashlib
 import os
+import sys
 
 import torch
 import torch.utils.checkpoint as cp
@@ -90,6 +95,17 @@ def main() -> None:
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     if RECIPE != "step_in_backward":
         opts = [opt]
+    exit_at = int(os.environ.get("EXIT_IN_BACKWARD_AT", "-1"))
+    if exit_at >= 0:
+        atexit.register(lambda: print(f"at exit {digest(model, opts)}", flush=True))
+        iteration = [0]
+
+        def leave(grad: torch.Tensor) -> torch.Tensor:
+            if iteration[0] == exit_at:
+                sys.exit(3)
+            return grad
+
+        model.blocks[1][0].weight.register_hook(leave)  # mid-backward: later blocks done, earlier ones not
     g = torch.Generator().manual_seed(1)
     micro = 4 if RECIPE == "accumulate" else 1
 
@@ -98,6 +114,8 @@ def main() -> None:
         return x, torch.randint(0, 10, (BATCH,), generator=g).to(device)
 
     for it in range(ITERATIONS):
+        if exit_at >= 0:
+            iteration[0] = it
         if RECIPE == "lbfgs":
             x, y = batch()
 

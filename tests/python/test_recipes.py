@@ -76,6 +76,21 @@ def test_a_recipe_trains_at_half_its_steady_peak_or_is_refused_at_once_naming_a_
     assert not re.search(r"\(0 offloads\), recomputed 0 B", exit_line), "the budget moved nothing"
 
 
+def test_a_process_that_exits_inside_a_budgeted_backward_saves_the_state_plain_pytorch_has() -> None:
+    """Issue 30 item 1, "a process exiting": sys.exit(3) from a gradient hook in the third
+    iteration's backward, under the budget and with parameters, gradients and momentum lent; the
+    atexit handler hashes the model and optimizer state. Both runs exit 3 with the same losses and
+    the same hash: nothing was left lent or unreadable on the way out."""
+    env = {"RECIPE": "zero_grad_first", "RECIPE_ITERATIONS": str(ITERATIONS), "EXIT_IN_BACKWARD_AT": "2"}
+    plain = run_python(SCRIPT, env=clean_env(**env), check=False)
+    managed = run_python(SCRIPT, env=clean_env(**env, PYTORCH_CUDA_ALLOC_CONF="backend:tensorpager,manage:all,budget:0.5"),
+                         hook=True, check=False)
+    assert plain.returncode == managed.returncode == 3, managed.stderr[-3000:]
+    assert "at exit " in plain.stdout and managed.stdout == plain.stdout, (plain.stdout, managed.stdout)
+    line = managed_exit_line(managed.stderr)
+    assert RESOLVED.search(line) and not re.search(r"\(0 offloads\)", line), "the budget was in force and moved something"
+
+
 def managed_exit_line(err: str) -> str:
     lines = [line for line in err.splitlines() if line.startswith("tensorpager: manage:all:")]
     assert len(lines) == 1, err
