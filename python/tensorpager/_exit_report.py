@@ -130,7 +130,7 @@ def oom_hint(manage: str, budget: str) -> str:
             "; add manage:all so that the weights, gradients and optimizer state a backward no longer needs are"
             " swapped out too")
     return (f" Hint: this process is managed from the configuration (manage:{manage}, budget:{budget}): raise the"
-            " budget (a larger ratio of the first step's peak, up to 1.0, or more bytes) or reduce the batch size"
+            " budget (a larger ratio of the measured peak, up to 1.0, or more bytes) or reduce the batch size"
             f"{more}; or split the operators that hold the most at once, which no eviction lowers:"
             " tp.split_channels(model) for a convolution stem, tp.split_cross_entropy(hidden, weight, target) for a"
             " language model's head and loss (import tensorpager as tp).")
