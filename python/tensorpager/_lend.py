@@ -111,7 +111,12 @@ class Lender:
         # The thread whose optimizers' state may be lent (the budget's).
         creator = threading.get_ident()
         self.managed_thread = managed_thread if managed_thread is not None else (lambda: creator)
-        self.packs: dict[int, list[Any]] = {}  # id(param) -> [param, copies saved and not yet unpacked]
+        # id(param) -> [weak param, copies saved and not yet unpacked]. Weak: a
+        # forward whose backward never ran (an interrupt, an evaluation with
+        # grad on) kept the parameters and gradients of a model the program had
+        # dropped alive until the next backward; in a managed process, whose
+        # block never ends, through a new model's whole first iteration.
+        self.packs: dict[int, list[Any]] = {}
         self.lent: dict[int, tuple[Any, Any]] = {}  # id(tensor) -> (tensor, LentStorage)
         self.gradients: set[int] = set()  # the ids in lent of gradients: given back last
         self.unpacked: set[int] = set()  # ids of parameters whose saved copies were all unpacked
@@ -123,7 +128,7 @@ class Lender:
         # only delay a loan to the next node, which is safe.
         self.node: Any = None
         self.in_backward = False
-        self.hooks: dict[int, Any] = {}  # id(param) -> post-accumulate-grad hook handle
+        self.hooks: dict[int, tuple[Any, Any]] = {}  # id(param) -> (weak param, post-accumulate-grad hook handle)
         self.distributed: bool | None = None
         self.optimizers: weakref.WeakSet[Any] = weakref.WeakSet()  # those whose state may be lent
         self.never_lent: weakref.WeakSet[Any] = weakref.WeakSet()  # those that step in a backward or elsewhere
@@ -137,12 +142,13 @@ class Lender:
         """Pack of a parameter or a view of one: counts the copy."""
         p = t if t._base is None else t._base
         entry = self.packs.get(id(p))
-        if entry is None:
-            self.packs[id(p)] = [p, 1]
+        if entry is None or entry[0]() is not p:  # new, or a dead parameter's id reused
+            self.packs[id(p)] = [weakref.ref(p), 1]
         else:
             entry[1] += 1
-        if id(p) not in self.hooks:
-            self.hooks[id(p)] = p.register_post_accumulate_grad_hook(self._accumulated)
+        hook = self.hooks.get(id(p))
+        if hook is None or hook[0]() is not p:
+            self.hooks[id(p)] = (weakref.ref(p), p.register_post_accumulate_grad_hook(self._accumulated))
         return SavedParameter(handle, p)
 
     def unpack_parameter(self, x: SavedParameter) -> Any:
@@ -150,7 +156,7 @@ class Lender:
         p = x.param
         self._give_back(id(p))  # read again: a retained graph's second backward
         entry = self.packs.get(id(p))
-        if entry is not None and self.in_backward:
+        if entry is not None and self.in_backward and entry[0]() is p:
             entry[1] -= 1
             if entry[1] <= 0:
                 del self.packs[id(p)]
@@ -293,7 +299,7 @@ class Lender:
         finally:
             _open_lender.closed(self)
             self.optimizer_hook.remove()
-            for h in self.hooks.values():
+            for _, h in self.hooks.values():
                 h.remove()
             self.hooks.clear()
 
