@@ -146,6 +146,33 @@ def test_what_a_backward_lends_comes_back_when_it_ends() -> None:
         assert all(loan.back for loan in ext.loans) and not tr.lender.lent
 
 
+def test_a_forward_whose_backward_never_ran_keeps_no_parameter_alive() -> None:
+    # A forward interrupted (or an evaluation with grad on), then the model
+    # dropped: in a managed process, whose block never ends, the lender's
+    # count of saved parameters kept the parameters, and their gradients,
+    # alive until the next backward ended (10 MiB through a new model's first
+    # iteration in tests/python/test_interrupts.py, under the variable).
+    import gc
+    import weakref
+
+    from tensorpager import _lend
+
+    lender = _lend.Lender(FakeExt())
+    try:
+        model = mlp()
+        model(torch.randn(8, 16)).sum().backward()
+        lender.saved(None, model[0].weight)  # the forward's pack, no backward to unpack it
+        weight = weakref.ref(model[0].weight)
+        del model
+        gc.collect()
+        assert weight() is None
+        again = mlp()  # a new parameter, perhaps at the dead one's address, is counted afresh
+        lender.saved(None, again[0].weight)
+        assert [entry[1] for entry in lender.packs.values() if entry[0]() is again[0].weight] == [1]
+    finally:
+        lender.close()
+
+
 def test_a_backward_that_raises_gives_everything_back_before_the_handler_runs() -> None:
     # Note [A backward that raises gives everything back] in _open_lender.py.
     model, ext = mlp(), FakeExt()
