@@ -126,6 +126,13 @@ struct managed_tensor {
   std::int64_t last_request_ns = 0;
   std::uint64_t access_count = 0;
   std::int64_t recompute_cost_ns = 0;  ///< 0: not recomputable
+  /// What its recompute holds at its peak, inputs included; 0: unknown
+  /// (Note [A rerun's working set] in resident_floor.hpp).
+  std::size_t rerun_bytes = 0;
+  /// What its segment's forward held beyond its start when t was made, for a
+  /// rerun that stops at t (same Note); `unknown_growth` outside a segment.
+  std::size_t segment_growth = unknown_growth;
+  static constexpr std::size_t unknown_growth = SIZE_MAX;
   bool evictable = true;
   /// Position in the step's track order, to match the recorded step
   /// (Note [Step matching] in access_recorder.hpp).

@@ -36,6 +36,42 @@
 //   maps five granules of 2 MiB), so memory_runtime::lowest_floor_bytes()
 //   rounds the floor up to whole ones. Measured: docs/decisions.md,
 //   "Resident floor".
+//
+// Note [A rerun's working set]
+// The steps a ratio is measured on run with no budget, so nothing is dropped
+// and no segment is rerun in them; yet under the budget, a tensor the policy
+// drops comes back by rerunning its segment's forward (hooks/ Note
+// [Segments]), which brings the segment's inputs back and allocates what the
+// forward allocates, up to the tensor, while the backward holds what it
+// holds. A recompute-only policy (`dtr`) at 0.39 of a 62 MiB peak (a floor
+// of 24.2 MiB, so accepted) ran out of memory in the first budgeted
+// backward, three reruns deep, with 20.8 MiB allocated and nothing
+// evictable; 0.44 trained (tests/python/test_budget_fuzz.py's model of seed
+// 945785947). So each segment's forward is measured, in the steps with no
+// budget (memory_runtime::segment_started(), segment_growth()): the most it
+// held beyond what was held when it began, held as the floor counts it
+// (allocated less what eviction would free, so a tensor it saved and let go
+// of counts as evictable, as in a rerun, which keeps only the tensor it is
+// run for), plus its inputs' bytes, which a rerun brings back; the glue hands
+// the figure over with the recompute (set_recompute_cost's rerun_bytes). A
+// rerun for a saved tensor stops once the forward has made it, so it holds
+// only what the forward held until then (stops_at_it: the runtime keeps, per
+// tensor, what its segment held when it was tracked). At an access in such a
+// step, under a recompute-only policy, a droppable tensor adds a sample: what
+// the step holds that no eviction gives back, t excluded, plus its rerun's
+// bytes. A rerun whose input must itself be rerun runs that one first,
+// holding nothing of its own yet, so a chain needs no more than its largest
+// link. It is a worst case, every droppable tensor dropped at its worst
+// moment, and it errs high by an input the program still holds, counted
+// twice: a torchvision ResNet-18 (batch 32, 160x160) under `dtr`, which
+// trained at 0.5 of its peak in 64 runs of 64, is now refused there naming
+// 0.52, because rerunning its stem convolution on the CPU held 161 MiB
+// (its output and the convolution's workspace) where `dtr` never dropped that
+// output. Only recompute-only policies are charged: the others swap what the
+// host pool takes, and charged when a full pool makes their evictions drops,
+// the same ResNet-18 with forced drops (batch 16, 128x128), which trains at
+// 0.85 under every policy, was refused naming 0.92, while the fuzz's 90
+// cases with a 1 MiB host pool had no miss of this kind but `dtr`'s.
 
 #include <algorithm>
 #include <cstddef>
@@ -66,6 +102,9 @@ class resident_floor {
     current_ = std::max({current_, less(high_water, spare), less(now, evictable_after)});
     last_evictable_ = evictable_after;
   }
+  /// Note [A rerun's working set]: at an access, what the step would hold
+  /// had the accessed tensor been dropped and rerun: after sample().
+  void sample_rerun(std::size_t held) noexcept { current_ = std::max(current_, held); }
   /// A step boundary: the step's peak becomes last_step().
   void end_step() noexcept {
     last_ = current_;

@@ -194,7 +194,18 @@ class memory_runtime final : public reclaimer {
   /// Makes the tensor droppable (cost > 0) or not (0) from now on: the glue
   /// learns whether a tensor can be recomputed only after its producer has
   /// finished (a module that changed its inputs in place cannot be re-run).
-  void set_recompute_cost(tensor_id id, std::int64_t recompute_cost_ns);
+  /// rerun_bytes: what the rerun holds at its peak, the inputs it brings
+  /// back included, when it runs its segment's whole forward; stops_at_it: it
+  /// stops once the forward has made t, so it holds what the forward held
+  /// until then (Note [A rerun's working set] in resident_floor.hpp).
+  void set_recompute_cost(tensor_id id, std::int64_t recompute_cost_ns, std::size_t rerun_bytes = 0,
+                          bool stops_at_it = false);
+  /// Note [A rerun's working set] in resident_floor.hpp: a segment's forward
+  /// begins; returns the mark segment_growth() takes (the bytes held now).
+  std::size_t segment_started();
+  /// The most bytes held (allocated, less what eviction would free) since
+  /// segment_started() returned `mark`, beyond it.
+  std::size_t segment_growth(std::size_t mark);
   /// Stops tracking. Waits for a copy that still touches its storage; frees
   /// its host block. The device storage (if any) stays with the binding.
   void untrack(tensor_id id);
@@ -266,9 +277,11 @@ class memory_runtime final : public reclaimer {
     std::size_t of_t = 0;
   };
   floor_spare floor_spare_locked(const managed_tensor& t) const;
+  std::size_t spare_bytes_locked() const;  // floor_spare::all
   // One sample of floor_ at an event on t: `tracked`, t is the output of the
   // operator that ran since the previous event; otherwise t is accessed now.
   void sample_floor_locked(const managed_tensor& t, bool tracked);
+  bool floor_counts_rerun_locked(const managed_tensor& t) const;
   void make_candidate(managed_tensor& t);
   void remove_in_flight(managed_tensor& t);
   void remove_settling(managed_tensor& t);
@@ -314,6 +327,14 @@ class memory_runtime final : public reclaimer {
   candidate_set candidates_;
   lineage lineage_;
   resident_floor floor_;  // Note [Resident floor]
+  // Note [A rerun's working set]: a high water taken by segment_started() or
+  // segment_growth(), for the floor's next sample; the most held (allocated,
+  // less what eviction would free) since the segment in progress began.
+  std::size_t held_high_water_ = 0;
+  std::size_t segment_held_ = 0;
+  std::size_t segment_start_ = 0;   // segment_held_ when it began
+  bool segment_open_ = false;       // between segment_started() and segment_growth()
+  std::size_t segment_total_ = 0;   // what the last segment_growth() returned
   std::unordered_map<std::uint64_t, std::unique_ptr<managed_tensor>> tensors_;
   std::vector<tensor_id> by_ordinal_;        // this step's tensors, by ordinal
   std::vector<managed_tensor*> in_flight_;   // offloading or prefetching

@@ -4,11 +4,15 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 
 #include "allocator/size_policy.hpp"
 #include "runtime/runtime.hpp"
 
 namespace tp {
+namespace {
+std::size_t above(std::size_t a, std::size_t b) { return a > b ? a - b : 0; }
+}  // namespace
 
 // Note [Resident floor]: a candidate the program still holds (the input batch
 // through the whole forward) frees nothing when evicted, so it is not spare.
@@ -23,7 +27,13 @@ namespace tp {
 // ran out of memory in its first budgeted step, "6 MiB that could neither be
 // swapped nor recomputed" (tests/python/test_budget_fuzz.py, seed 210).
 memory_runtime::floor_spare memory_runtime::floor_spare_locked(const managed_tensor& t) const {
-  if (alloc_.budget()) return {candidates_.bytes(), t.in_candidates ? t.bytes : 0};
+  const std::size_t all = spare_bytes_locked();
+  if (alloc_.budget()) return {all, t.in_candidates ? t.bytes : 0};
+  return {all, t.in_candidates && t.binding->can_release() ? std::min(t.bytes, all) : 0};
+}
+
+std::size_t memory_runtime::spare_bytes_locked() const {
+  if (alloc_.budget()) return candidates_.bytes();
   std::size_t droppable = 0;
   std::size_t swap_only = 0;
   for (std::size_t i = 0; i < candidates_.size(); ++i) {
@@ -32,21 +42,56 @@ memory_runtime::floor_spare memory_runtime::floor_spare_locked(const managed_ten
     (c.recomputable() && c.binding->can_recompute() ? droppable : swap_only) += c.bytes;
   }
   if (const std::optional<std::size_t> room = engine_.host_room()) swap_only = std::min(swap_only, *room);
-  const std::size_t all = droppable + swap_only;
-  return {all, t.in_candidates && t.binding->can_release() ? std::min(t.bytes, all) : 0};
+  return droppable + swap_only;
 }
 
 void memory_runtime::sample_floor_locked(const managed_tensor& t, bool tracked) {
   const auto marks = alloc_.take_allocated_high_water();
   const floor_spare spare = floor_spare_locked(t);
   const std::size_t stranded = floor_.at_step_start() ? alloc_.stranded_bytes() : 0;
-  if (tracked) {
-    // t was in use at the high-water moment, and may be evicted from now on.
-    floor_.sample(marks.high_water, marks.now, spare.all - spare.of_t, spare.all, stranded);
-  } else {
-    // t waited until now, and is about to be used.
-    floor_.sample(marks.high_water, marks.now, spare.all, spare.all - spare.of_t, stranded);
+  // Tracked: t was in use at the high-water moment, and may be evicted from
+  // now on. Accessed: t waited until now, and is about to be used.
+  const std::size_t before = tracked ? spare.all - spare.of_t : spare.all;
+  const std::size_t after = tracked ? spare.all : spare.all - spare.of_t;
+  floor_.sample(std::max(marks.high_water, std::exchange(held_high_water_, 0)), marks.now, before, after, stranded);
+  // Note [A rerun's working set]: the segment in progress, since it began.
+  segment_held_ = std::max({segment_held_, above(marks.high_water, before), above(marks.now, after)});
+  if (!tracked && spare.of_t > 0 && t.rerun_bytes > 0 && !alloc_.budget() && floor_counts_rerun_locked(t)) {
+    floor_.sample_rerun(above(marks.now, spare.all) + t.rerun_bytes);
   }
+}
+
+// Note [A rerun's working set]: whether the floor counts t's rerun.
+bool memory_runtime::floor_counts_rerun_locked(const managed_tensor& t) const {
+  return policy_->recompute_only() && t.recomputable() && t.binding->can_recompute();
+}
+
+// Note [A rerun's working set]: what a segment's forward held beyond what was
+// held when it began, allocated less what eviction would free, at the samples
+// in between and at its end. The high water taken here is the next sample's.
+std::size_t memory_runtime::segment_started() {
+  lock_type lock(mu_);
+  segment_open_ = false;
+  if (alloc_.budget()) return 0;  // measured only where the floor is (no budget)
+  const auto marks = alloc_.take_allocated_high_water();
+  held_high_water_ = std::max(held_high_water_, marks.high_water);  // from before the segment
+  segment_held_ = above(marks.now, spare_bytes_locked());
+  segment_start_ = segment_held_;
+  segment_open_ = true;
+  return segment_held_;
+}
+
+std::size_t memory_runtime::segment_growth(std::size_t mark) {
+  lock_type lock(mu_);
+  segment_open_ = false;
+  segment_total_ = 0;
+  if (alloc_.budget()) return 0;
+  const auto marks = alloc_.take_allocated_high_water();
+  held_high_water_ = std::max(held_high_water_, marks.high_water);
+  const std::size_t spare = spare_bytes_locked();
+  segment_held_ = std::max({segment_held_, above(marks.high_water, spare), above(marks.now, spare)});
+  segment_total_ = above(segment_held_, mark);
+  return segment_total_;
 }
 
 std::size_t memory_runtime::floor_bytes() const {

@@ -12,6 +12,7 @@
 #include "hooks/c10_errors.hpp"
 #include "core/errors.hpp"
 #include "hooks/budget/budget_api.hpp"
+#include "hooks/budget/budget_session.hpp"
 #include "hooks/saved_version.hpp"
 
 namespace py = pybind11;
@@ -97,7 +98,7 @@ void register_runtime(py::module_& m) {
       .def(
           "set_recompute",
           [](py_saved_tensor& s, py::object fn, std::int64_t cost_ns, std::optional<std::uint32_t> version,
-             std::optional<std::int64_t> index, bool whole) {
+             std::optional<std::int64_t> index, bool whole, std::size_t rerun_bytes) {
             if (fn.is_none()) {
               s.storage().set_recompute({}, 0);
               return;
@@ -109,15 +110,20 @@ void register_runtime(py::module_& m) {
             } else {
               rerun = [callable] { return (*callable)(); };
             }
-            s.storage().set_recompute(std::move(rerun), cost_ns, s.version.at_version(version.value_or(s.version.at())));
+            // A rerun for a saved tensor stops at it unless `whole` (Tracker.post_forward).
+            s.storage().set_recompute(std::move(rerun), cost_ns, s.version.at_version(version.value_or(s.version.at())),
+                                      rerun_bytes, index.has_value() && !whole);
           },
           py::arg("fn"), py::arg("cost_ns"), py::arg("version") = py::none(), py::arg("index") = py::none(),
-          py::arg("whole") = false,
+          py::arg("whole") = false, py::arg("rerun_bytes") = 0,
           "Makes the managed storage droppable: fn() returns a tensor whose storage holds its bytes again, as "
           "they were at `version` of this tensor's version counter (None: the version at pack). Once the tensor "
           "has moved past that version the storage is never dropped (Note [Recompute reproduces one version]). "
           "With an index, fn(index, whole) instead: one fn serves every tensor of a segment, and no Python "
-          "object is made per tensor (Tracker.post_forward).")
+          "object is made per tensor (Tracker.post_forward). rerun_bytes: what fn holds at its peak when it runs "
+          "the whole forward, its inputs included (segment_growth; Note [A rerun's working set] in "
+          "runtime/resident_floor.hpp); with an index and not whole, fn(index, False) stops at the tensor, and holds "
+          "what the forward held until it made it. A segment's output rerun (\"output\") passes whole=True.")
       .def_property_readonly("managed", [](const py_saved_tensor& s) { return s.view.has_value(); })
       .def_property_readonly(
           "version",
@@ -186,6 +192,25 @@ void register_runtime(py::module_& m) {
       "budget_remeasure", [] { return with_c10_errors([] { return session_remeasure(); }); },
       "Lifts a resolved ratio budget and measures it again; False when there is nothing to measure again.");
   m.def("runtime_stats", [] { return session_stats(); });
+  // Note [A rerun's working set] in runtime/resident_floor.hpp: a segment's
+  // forward is measured between the two; 0 without a runtime.
+  m.def(
+      "segment_started",
+      [] {
+        const auto s = active_session();
+        const auto rt = s ? s->runtime() : nullptr;
+        return rt ? rt->segment_started() : std::size_t{0};
+      },
+      "A segment's forward begins: returns the mark segment_growth takes.");
+  m.def(
+      "segment_growth",
+      [](std::size_t mark) {
+        const auto s = active_session();
+        const auto rt = s ? s->runtime() : nullptr;
+        return rt ? rt->segment_growth(mark) : std::size_t{0};
+      },
+      py::arg("mark"), "The most bytes held (allocated, less what eviction would free) since segment_started() returned mark, "
+                        "beyond it.");
   m.def(
       "storage_key",
       [](const at::Tensor& t) -> std::optional<std::uintptr_t> {

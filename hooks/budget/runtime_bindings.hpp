@@ -14,8 +14,10 @@ namespace tp::hooks {
 ///   budget_active() -> bool          budget_step(resolve_ratio=True, peak=None) -> None
 ///   budget_remeasure() -> bool
 ///   runtime_stats() -> dict[str, int]
+///   segment_started() -> int         segment_growth(mark: int) -> int
 ///   pack(tensor, manage=True) -> SavedTensor
-///   SavedTensor: unpack() -> Tensor, set_recompute(fn | None, cost_ns, version=None),
+///   SavedTensor: unpack() -> Tensor, set_recompute(fn | None, cost_ns, version=None,
+///                index=None, whole=False, rerun_bytes=0),
 ///                managed, key, fresh, nbytes, state, recomputable, can_recompute
 /// Call once per module, with the GIL held.
 void register_runtime(pybind11::module_& m);

@@ -110,11 +110,12 @@ void saved_storage::make_resident() {
 }
 
 void saved_storage::set_recompute(std::function<at::Tensor()> fn, std::int64_t cost_ns,
-                                  saved_version reproduces) {
+                                  saved_version reproduces, std::size_t rerun_bytes, bool stops_at_it) {
   recompute_ = std::move(fn);
   reproduces_ = std::move(reproduces);
   const auto rt = session_->runtime();
-  if (rt && id_) rt->set_recompute_cost(*id_, recompute_ ? std::max<std::int64_t>(cost_ns, 1) : 0);
+  if (rt && id_) rt->set_recompute_cost(*id_, recompute_ ? std::max<std::int64_t>(cost_ns, 1) : 0, rerun_bytes,
+                                      stops_at_it);
 }
 
 void saved_storage::lose(std::string why) {

@@ -132,7 +132,11 @@ class saved_storage final : public storage_binding {
   /// costs. The callback returns a tensor whose storage holds them as they
   /// were at `reproduces` (Note [Recompute reproduces one version]; a
   /// default saved_version, of a tensor with no counter, is never stale).
-  void set_recompute(std::function<at::Tensor()> fn, std::int64_t cost_ns, saved_version reproduces = {});
+  /// rerun_bytes, stops_at_it: what the callback holds at its peak, and
+  /// whether it stops once its segment's forward has made the tensor
+  /// (memory_runtime::set_recompute_cost; 0: unknown).
+  void set_recompute(std::function<at::Tensor()> fn, std::int64_t cost_ns, saved_version reproduces = {},
+                     std::size_t rerun_bytes = 0, bool stops_at_it = false);
   bool recomputable() const { return static_cast<bool>(recompute_); }
   /// Held by the program as well (Note [Lent storages]).
   bool lent() const { return static_cast<bool>(program_); }

@@ -55,7 +55,9 @@ class Producers:
         # next segment); Note [Recompute reproduces one version].
         if out is None or self.tracker.ext.storage_key(out) != h.key or h.version != version:
             return
-        h.set_recompute(partial(_rerun.Segment.rerun, seg, self.tracker, "output"), seg.cost_ns, version, index)
+        # whole: an output's rerun runs the whole forward (rerun_bytes in full).
+        h.set_recompute(partial(_rerun.Segment.rerun, seg, self.tracker, "output"), seg.cost_ns, version, index,
+                        True, seg.rerun_bytes)
 
 
 def hold_inputs(ext: Any, producers: Producers, tree: Any, packed: dict[int, tuple[Any, Any]]) -> tuple[Any, bool]:

@@ -182,7 +182,8 @@ class Tracker:
         if depth == 0 and self.iterations.ends_iteration(module, self.unpacked):
             self.step()
         if self.recompute and depth == self.segment_depth:
-            self.segment = _rerun.Segment(module, args, self.ext.storage_key, self.rng_state)
+            self.segment = seg = _rerun.Segment(module, args, self.ext.storage_key, self.rng_state)
+            seg.mark = self.ext.segment_started()  # Note [A rerun's working set] in runtime/resident_floor.hpp
 
     def _outer_forward_running(self) -> bool:
         """Whether the outermost forward on the stack is still running (its frame is a caller's)."""
@@ -236,6 +237,10 @@ class Tracker:
         if kwargs is None:
             return  # the forward raised: nothing it saved will be used
         seg.cost_ns = max(1, time.perf_counter_ns() - seg.t0)
+        # What a rerun holds at its peak: the inputs it brings back and the forward's growth.
+        inputs = seg.inputs
+        seg.rerun_bytes = self.ext.segment_growth(seg.mark) + (
+            inputs[0].nbytes if len(inputs) == 1 else sum(a.nbytes for a in inputs))
         # What only the forward needed goes, and nothing new stands in for it: a segment lives until its
         # backward, and every container it keeps is one more object for Python's cyclic GC to promote and
         # walk (a full collection of about 72 ms every 100 steps of bench/hook_cost_bench.py).
@@ -261,7 +266,7 @@ class Tracker:
             # of the forward changed it in place (Note [A rerun stops at its tensor]).
             version = h.version
             whole = version != packed_at
-            h.set_recompute(rerun, seg.cost_ns if whole else max(1, ns), version, index, whole)
+            h.set_recompute(rerun, seg.cost_ns if whole else max(1, ns), version, index, whole, seg.rerun_bytes)
         import torch
 
         if isinstance(output, torch.Tensor):

@@ -1,11 +1,12 @@
 """Issue 14 on a real model: a torchvision ResNet-18 (batch 32, 160x160, plain
-SGD) trains on the CPU adapter under tp.budget(0.5) with every policy, losses,
+SGD) trains on the CPU adapter under tp.budget(0.5) with every policy but `dtr`
+(refused there at once, naming 0.52; it trains at 0.55: DTR_WORKS below), losses,
 weights and BatchNorm statistics bit-identical to the unmanaged run; budgets
 below what the model cannot give back are refused at the first step
 boundary, with the figures (Note [Budget floor] in hooks/budget).
 
 Every policy trains in CI: one child process runs the unmanaged reference
-and 10 budgeted runs of up to 3 steps (about 50 s on two cores). The size
+and 11 budgeted runs of up to 3 steps (about 50 s on two cores). The size
 is the issue's smallest (batch 32, 160x160): ratios do not depend on it,
 since activations, and the operands of the layer that sets the floor, grow
 together with batch and image size.
@@ -66,6 +67,12 @@ from conftest import requires_ext, run_python
 HERE = os.path.dirname(os.path.abspath(__file__))
 POLICIES = ("lru", "dtr", "capuchin", "hybrid")
 WORKS, BELOW_THE_STEM = 0.5, 0.3
+# Under `dtr` the floor counts, at the stem's BatchNorm backward, a rerun of the
+# stem's convolution (161 MiB on the CPU: its output and the convolution's
+# workspace), so 0.5 is refused naming 0.52, though `dtr` trained there in 64
+# runs of 64 (it never dropped that output): Note [A rerun's working set] in
+# runtime/resident_floor.hpp. DTR_WORKS trains.
+DTR_WORKS = 0.55
 # With tp.split_channels, of the unsplit run's peak (the module docstring).
 SPLIT = 0.3
 
@@ -81,13 +88,14 @@ def _run(args: list[str]) -> list[dict]:
 @pytest.fixture(scope="module")
 def runs() -> list[dict]:
     return _run([f"{WORKS}:{p}" for p in POLICIES] + [f"{BELOW_THE_STEM}:lru", f"{WORKS}:lru:nolend"]
-                + [f"{SPLIT}:{p}:split" for p in POLICIES])
+                + [f"{SPLIT}:{p}:split" for p in POLICIES] + [f"{DTR_WORKS}:dtr"])
 
 
 @requires_ext
 @pytest.mark.parametrize("policy", POLICIES)
 def test_resnet18_trains_bit_identical_under_a_budget(runs: list[dict], policy: str) -> None:
-    r = next(x for x in runs if x["policy"] == policy and x.get("ratio") == WORKS and x.get("lend")
+    ratio = DTR_WORKS if policy == "dtr" else WORKS
+    r = next(x for x in runs if x["policy"] == policy and x.get("ratio") == ratio and x.get("lend")
              and not x.get("split"))
     assert "message" not in r, r.get("message")
     assert r["losses_identical"], (r["losses"], runs[0]["losses"])
@@ -126,6 +134,12 @@ def test_resnet18_below_the_stem_is_refused_at_once(runs: list[dict]) -> None:
 
 
 @requires_ext
+def test_resnet18_under_dtr_at_half_its_peak_is_refused_at_once_naming_a_ratio_that_trains(runs: list[dict]) -> None:
+    r = next(x for x in runs if x["policy"] == "dtr" and x.get("ratio") == WORKS and not x.get("split"))
+    assert WORKS < _refusal(r) <= DTR_WORKS, r["message"]  # DTR_WORKS trains: the test above
+
+
+@requires_ext
 def test_resnet18_needs_its_parameters_and_gradients_lent(runs: list[dict]) -> None:
     r = next(x for x in runs if x.get("ratio") == WORKS and not x.get("lend"))
     assert _refusal(r) > WORKS, r["message"]  # 85 MiB of weights and gradients stay put
@@ -134,7 +148,8 @@ def test_resnet18_needs_its_parameters_and_gradients_lent(runs: list[dict]) -> N
 # Issue 17: a torchvision ResNet-18 with forced drops. With a host pool of
 # one byte nothing can be swapped, so every eviction drops a storage that its
 # module's rerun rebuilds (the stem's ReLU is in place: Note [Recompute
-# reproduces one version] in hooks/budget/saved_storage.hpp). Smaller than the runs above (batch 16, 128x128), every policy,
+# reproduces one version] in hooks/budget/saved_storage.hpp). Smaller than the runs above (batch 16, 128x128), every policy
+# but `dtr` (the test says why),
 # about 12 s. With plain segments 0.85 and 0.7 ran out of memory on stranded
 # free memory; with expandable segments 0.85 trains, 0.8 does not (19 MiB of
 # saved tensors are also held by the program, out of any eviction's reach).
@@ -158,8 +173,12 @@ def test_resnet18_with_forced_drops_is_bit_identical() -> None:
     # adapter's timing: once in about ten CI runs a policy (capuchin) was
     # never pressed at 0.85 (no eviction at all). Pressure is the test's
     # precondition, not its claim, so such a policy runs once more; one that
-    # was pressed must have dropped and recomputed, and never swapped.
-    runs = _forced_drops(list(POLICIES))
+    # was pressed must have dropped and recomputed, and never swapped. Not
+    # `dtr`, which drops without being forced (the runs above), and whose floor
+    # counts a rerun of the stem's convolution here (Note [A rerun's working
+    # set] in runtime/resident_floor.hpp): it is refused at 0.85, naming 0.86
+    # to 0.93 as the measured peak varies.
+    runs = _forced_drops([p for p in POLICIES if p != "dtr"])
     unpressed = [r["policy"] for r in runs if r["runtime"]["evictions"] == 0]
     runs = [r for r in runs if r["policy"] not in unpressed] + (_forced_drops(unpressed) if unpressed else [])
     for r in runs:

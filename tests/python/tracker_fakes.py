@@ -28,7 +28,7 @@ class FakeHandle:
         self.recompute = None  # (function, cost in ns, version) once the tracker sets it
 
     def set_recompute(self, fn, cost_ns: int, version: int, index: int | None = None,  # noqa: ANN001
-                      whole: bool = False) -> None:
+                      whole: bool = False, rerun_bytes: int = 0) -> None:
         # As _C: with an index, the runtime calls fn(index, whole).
         self.recompute = (fn if index is None else functools.partial(fn, index, whole), cost_ns, version)
 
@@ -87,6 +87,12 @@ class FakeExt:
 
     def budget(self) -> None:
         return None
+
+    def segment_started(self) -> int:
+        return 0
+
+    def segment_growth(self, mark: int) -> int:
+        return 0
 
 
 @contextlib.contextmanager

@@ -205,5 +205,67 @@ TEST(ResidentFloor, ATensorTheProgramHoldsIsNotSpareWhileNoBudgetIsSet) {
   rt.untrack(tb);
 }
 
+// Note [A rerun's working set]: one segment's forward, measured, and then a
+// backward use of its 4 MiB output x. The forward also holds an 8 MiB
+// temporary, before x is made or after it. In the backward a 4 MiB gradient is
+// held while x is used. Returns the floor.
+struct rerun_case {
+  policy_kind policy = policy_kind::dtr;
+  bool temporary_after_x = false;
+  bool stops_at_x = false;  // the rerun stops once the forward has made x
+};
+
+std::size_t floor_with_a_rerun(rerun_case c) {
+  runtime_rig rig({.expandable = true});
+  memory_runtime::options o;
+  o.policy = c.policy;
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, o);
+  const std::size_t mark = rt.segment_started();
+  const auto temporary = [&] { rig.alloc.deallocate(rig.alloc.allocate(8 * MiB, rig.compute)); };
+  void* held = c.temporary_after_x ? nullptr : rig.alloc.allocate(8 * MiB, rig.compute);
+  fake_binding x(rig, 4 * MiB, 1);
+  const tensor_id tx = rt.track(x, x.bytes(), rig.compute, 0);
+  if (held != nullptr) rig.alloc.deallocate(held);
+  if (c.temporary_after_x) temporary();
+  const std::size_t growth = rt.segment_growth(mark);
+  // Before x: the temporary and x at once. After x: x could be evicted then.
+  EXPECT_EQ(growth, c.temporary_after_x ? 8 * MiB : 12 * MiB);
+  rt.set_recompute_cost(tx, 1000, growth, c.stops_at_x);
+  void* grad = rig.alloc.allocate(4 * MiB, rig.compute);
+  rt.access(tx);
+  const std::size_t floor = rt.floor_bytes();
+  rig.alloc.deallocate(grad);
+  rt.untrack(tx);
+  return floor;
+}
+
+TEST(ResidentFloor, AUseThatARecomputeOnlyPolicyWouldRerunCountsTheRerunsWorkingSet) {
+  // lru would swap x back: the forward's 12 MiB is the most held. dtr would
+  // drop x and rerun its segment while the gradient is held: 4 + 12 MiB.
+  EXPECT_EQ(floor_with_a_rerun({.policy = policy_kind::lru}), 12 * MiB);
+  EXPECT_EQ(floor_with_a_rerun({.policy = policy_kind::dtr}), 16 * MiB);
+}
+
+TEST(ResidentFloor, ARerunThatStopsAtItsTensorHoldsOnlyWhatTheForwardHeldUntilThen) {
+  // The temporary comes after x: a whole rerun holds it (4 + 8 MiB beside the
+  // gradient), one that stops at x only x (4 + 4 MiB: the forward's 8 MiB).
+  EXPECT_EQ(floor_with_a_rerun({.temporary_after_x = true}), 12 * MiB);
+  EXPECT_EQ(floor_with_a_rerun({.temporary_after_x = true, .stops_at_x = true}), 8 * MiB);
+  EXPECT_EQ(floor_with_a_rerun({.stops_at_x = true}), 16 * MiB);  // the temporary came first
+}
+
+TEST(ResidentFloor, ASegmentsMarksLeaveTheHighWaterToTheNextSample) {
+  runtime_rig rig({.expandable = true});
+  memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, {});
+  rig.alloc.deallocate(rig.alloc.allocate(16 * MiB, rig.compute));  // an operator's temporary
+  const std::size_t mark = rt.segment_started();
+  EXPECT_EQ(mark, 0u);  // nothing held when the segment began
+  fake_binding x(rig, 4 * MiB, 1);
+  const tensor_id tx = rt.track(x, x.bytes(), rig.compute, 0);
+  EXPECT_EQ(rt.floor_bytes(), 16 * MiB);  // the temporary, taken by segment_started, still counts
+  EXPECT_EQ(rt.segment_growth(mark), 4 * MiB);  // but not in the segment, which began after it
+  rt.untrack(tx);
+}
+
 }  // namespace
 }  // namespace tp
