@@ -8,10 +8,13 @@ everything, and it must equal what plain PyTorch holds at the same point.
 
 - Property: in each of 210 iterations under a budget with lending, a
   KeyboardInterrupt at another of its points (every module forward, every
-  module backward, the optimizer step: number 7 * i modulo their count); the
-  state each handler saves (weights, buffers, gradients, momentum) equals
-  the state of an unmanaged run interrupted the same way, byte for byte, and
-  so does the state at the end.
+  module backward, the optimizer step), in an order drawn at random: a random
+  permutation of the points, then another, so that each point is hit and
+  what came before it differs from run to run (the seed is printed;
+  TP_INTERRUPT_SEED repeats a run). The state each handler saves (weights,
+  buffers, gradients, momentum) equals the state of an unmanaged run
+  interrupted at the same points, byte for byte, and so does the state at
+  the end.
 - SIGINT from a timer thread at several moments: Python raises
   KeyboardInterrupt wherever the main thread runs Python next (a hook in
   backward, mostly); the handler saves, nothing stays lent, and training
@@ -24,8 +27,12 @@ and a signal or a hang must not reach the test runner.
 from __future__ import annotations
 
 import json
+import os
+import random
 
-from conftest import requires_ext, run_python
+import pytest
+from conftest import clean_env, requires_ext, run_python
+from managed_output import VAR
 
 MODEL = """
 import contextlib, hashlib, io, json, torch
@@ -55,15 +62,23 @@ def digest(m, opt):
 """
 
 PROPERTY = """
+import random
+
 class Stop:
-    # In iteration i, raises KeyboardInterrupt at its event number
-    # (7 * i) % events (a module forward or backward, the optimizer step),
-    # where events is what an iteration has (learnt in the first).
+    # In iteration i, raises KeyboardInterrupt at its event number points[i]
+    # (a module forward or backward, the optimizer step), drawn once events
+    # (what an iteration has) is learnt in the first: random permutations of
+    # them, one after another, the same for both runs.
     def __init__(self):
-        self.iteration, self.n, self.events = 0, 0, None
+        self.iteration, self.n, self.events, self.points = 0, 0, None, []
+    def learn(self, events):
+        self.events = events
+        rng = random.Random(SEED)
+        while len(self.points) < ITERATIONS:
+            self.points += rng.sample(range(events), events)
     def __call__(self, *args):
         n, self.n = self.n, self.n + 1
-        if self.events is not None and n == (7 * self.iteration) % self.events:
+        if self.events is not None and n == self.points[self.iteration]:
             raise KeyboardInterrupt(f"iteration {self.iteration}, event {n}")
 
 def run(managed, iterations):
@@ -89,7 +104,7 @@ def run(managed, iterations):
                     saved.append(digest(m, opt))
                     lent += len(b._tracker.lender.lent) if managed else 0
                 if i == 0:
-                    stop.events = stop.n  # the first iteration runs whole
+                    stop.learn(stop.n)  # the first iteration runs whole
     finally:
         for h in hooks:
             h.remove()
@@ -97,23 +112,23 @@ def run(managed, iterations):
 
 plain, _, plain_end = run(False, ITERATIONS)
 managed, lent, managed_end = run(True, ITERATIONS)
-print(json.dumps({"points": len(plain), "wrong": [i for i, (a, b) in enumerate(zip(plain, managed)) if a != b][:10],
+print(json.dumps({"seed": SEED, "points": len(plain), "wrong": [i for i, (a, b) in enumerate(zip(plain, managed)) if a != b][:10],
                   "lengths": [len(plain), len(managed)], "lent": lent, "end": plain_end == managed_end}))
 """
 
 
 @requires_ext
 def test_an_interrupt_at_any_of_200_points_leaves_the_state_plain_pytorch_has() -> None:
-    proc = run_python(MODEL + "ITERATIONS = 211\n" + PROPERTY, timeout=900)
+    seed = int(os.environ.get("TP_INTERRUPT_SEED", random.randrange(1 << 30)))
+    proc = run_python(MODEL + f"ITERATIONS = 211\nSEED = {seed}\n" + PROPERTY, timeout=900)
     r = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(r)
     assert r["points"] >= 200, r
     assert r["lengths"][0] == r["lengths"][1] and r["lent"] == 0, r
     assert r["wrong"] == [] and r["end"], r
 
 
-@requires_ext
-def test_sigint_from_a_timer_leaves_everything_readable_and_training_goes_on() -> None:
-    proc = run_python(MODEL + """
+SIGINT = """
 import os, signal, threading, time
 # Python raises KeyboardInterrupt only where SIGINT was not ignored at its
 # start, and a shell's background job (CI's, say) starts with it ignored.
@@ -127,10 +142,10 @@ def interrupted(iterations):
     m = model()
     opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
     where, after = None, []
-    with tp.budget(0.8, policy="lru") as b:
+    with BUDGET as b:
         for i in range(400):  # until 5 iterations after the interrupt
             if i == 1:
-                tp.step()  # from the second step, under the budget
+                STEP  # from the second step, under the budget
                 began = time.perf_counter()
             try:
                 if i == 2:
@@ -147,7 +162,7 @@ def interrupted(iterations):
                 if where is not None:
                     raise
                 where = i
-                lent = len(b._tracker.lender.lent)
+                lent = len((b or _managed._process)._tracker.lender.lent)
                 digest(m, opt)  # saves everything: raised "lent to the budget runtime" before
                 continue
             if where is not None:
@@ -159,7 +174,23 @@ def interrupted(iterations):
             "finite": all(torch.isfinite(p).all().item() for p in m.parameters())}
 
 print(json.dumps([interrupted(k) for k in (0.01, 0.5, 2.5, 5.5, 9.5)]))
-""", timeout=600)
+"""
+# Where the lender is: tp.budget's block, or the process's (manage:all).
+BUDGET_BLOCK = {"tp.budget": ('tp.budget(0.8, policy="lru")', "tp.step()"),
+                "the variable": ("contextlib.nullcontext()", "pass")}
+
+
+@requires_ext
+@pytest.mark.parametrize("how", ["tp.budget", "the variable"])
+def test_sigint_from_a_timer_leaves_everything_readable_and_training_goes_on(how: str) -> None:
+    block, step = BUDGET_BLOCK[how]
+    code = SIGINT.replace("BUDGET", block).replace("STEP", step)
+    if how == "tp.budget":
+        proc = run_python(MODEL + code, timeout=600)
+    else:  # the program never installs tensorpager: one variable does (issue 30's zero-code case)
+        model = MODEL.replace('tp.install(device="cpu")\n', "from tensorpager import _managed\n")
+        proc = run_python(model + code, env=clean_env(**{VAR: "backend:tensorpager,manage:all,budget:0.8,policy:lru"}),
+                          hook=True, timeout=600)
     runs = json.loads(proc.stdout.strip().splitlines()[-1])
     print(runs)
     assert all(r["where"] is not None for r in runs), runs  # the timer fired during training
