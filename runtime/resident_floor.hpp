@@ -79,6 +79,9 @@
 
 namespace tp {
 
+/// a less b, or 0 where b is the larger: bytes held beyond a mark or a spare.
+constexpr std::size_t bytes_above(std::size_t a, std::size_t b) noexcept { return a > b ? a - b : 0; }
+
 /// Thread-safety: none; guarded by the runtime's lock. The owner starts the
 /// allocator's high-water mark afresh when it starts sampling.
 class resident_floor {
@@ -99,7 +102,7 @@ class resident_floor {
       start_ = now;
       start_stranded_ = stranded;
     }
-    current_ = std::max({current_, less(high_water, spare), less(now, evictable_after)});
+    current_ = std::max({current_, bytes_above(high_water, spare), bytes_above(now, evictable_after)});
     last_evictable_ = evictable_after;
   }
   /// Note [A rerun's working set]: at an access, what the step would hold
@@ -108,7 +111,7 @@ class resident_floor {
   /// A step boundary: the step's peak becomes last_step().
   void end_step() noexcept {
     last_ = current_;
-    if (start_ != unknown) lowest_beyond_start_ = std::min(lowest_beyond_start_, less(current_, start_));
+    if (start_ != unknown) lowest_beyond_start_ = std::min(lowest_beyond_start_, bytes_above(current_, start_));
     current_ = 0;
     start_ = unknown;
   }
@@ -127,15 +130,13 @@ class resident_floor {
   /// in hooks/budget/budget_floor.cpp), stranded bytes included.
   std::size_t lowest() const noexcept {
     if (start_ == unknown) return current_;
-    return start_ + start_stranded_ + std::min(lowest_beyond_start_, less(current_, start_));
+    return start_ + start_stranded_ + std::min(lowest_beyond_start_, bytes_above(current_, start_));
   }
   /// The stranded bytes lowest() counts: at the first event of the step in
   /// progress (0 before one).
   std::size_t stranded_at_start() const noexcept { return start_ == unknown ? 0 : start_stranded_; }
 
  private:
-  static std::size_t less(std::size_t a, std::size_t b) noexcept { return a > b ? a - b : 0; }
-
   std::size_t current_ = 0;
   std::size_t last_ = 0;
   static constexpr std::size_t unknown = SIZE_MAX;

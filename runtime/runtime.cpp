@@ -78,7 +78,7 @@ tensor_id memory_runtime::track(storage_binding& binding, std::size_t bytes, str
   lineage_.add(ref.id, ref.recompute_cost_ns, more.parents, more.revive);
   make_candidate(ref);
   sample_floor_locked(ref, true);
-  if (segment_open_) ref.segment_growth = segment_held_ > segment_start_ ? segment_held_ - segment_start_ : 0;
+  if (segment_open_) ref.segment_growth = bytes_above(segment_held_, segment_start_);
   poll_locked();
   if (recorded) after_event_locked(false);
   return ref.id;
@@ -138,8 +138,7 @@ void memory_runtime::set_recompute_cost(tensor_id id, std::int64_t recompute_cos
   t.recompute_cost_ns = recompute_cost_ns > 0 ? recompute_cost_ns : 0;
   // Note [A rerun's working set]: the segment just measured made t.
   const bool known = stops_at_it && t.segment_growth != managed_tensor::unknown_growth;
-  const std::size_t after_t = known && segment_total_ > t.segment_growth ? segment_total_ - t.segment_growth : 0;
-  t.rerun_bytes = rerun_bytes > after_t ? rerun_bytes - after_t : 0;
+  t.rerun_bytes = bytes_above(rerun_bytes, known ? bytes_above(segment_total_, t.segment_growth) : 0);
   lineage_.set_cost(id, t.recompute_cost_ns);
   if (t.step == recorder_.steps_completed()) recorder_.on_cost(t.ordinal, t.recompute_cost_ns);
 }

@@ -201,11 +201,11 @@ class memory_runtime final : public reclaimer {
   void set_recompute_cost(tensor_id id, std::int64_t recompute_cost_ns, std::size_t rerun_bytes = 0,
                           bool stops_at_it = false);
   /// Note [A rerun's working set] in resident_floor.hpp: a segment's forward
-  /// begins; returns the mark segment_growth() takes (the bytes held now).
+  /// begins (segments do not nest). Returns what is held now (0 under a budget).
   std::size_t segment_started();
-  /// The most bytes held (allocated, less what eviction would free) since
-  /// segment_started() returned `mark`, beyond it.
-  std::size_t segment_growth(std::size_t mark);
+  /// It has ended: the most bytes held (allocated, less what eviction would
+  /// free) since segment_started(), beyond what was held then.
+  std::size_t segment_growth();
   /// Stops tracking. Waits for a copy that still touches its storage; frees
   /// its host block. The device storage (if any) stays with the binding.
   void untrack(tensor_id id);

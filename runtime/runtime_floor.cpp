@@ -10,9 +10,6 @@
 #include "runtime/runtime.hpp"
 
 namespace tp {
-namespace {
-std::size_t above(std::size_t a, std::size_t b) { return a > b ? a - b : 0; }
-}  // namespace
 
 // Note [Resident floor]: a candidate the program still holds (the input batch
 // through the whole forward) frees nothing when evicted, so it is not spare.
@@ -55,9 +52,9 @@ void memory_runtime::sample_floor_locked(const managed_tensor& t, bool tracked) 
   const std::size_t after = tracked ? spare.all : spare.all - spare.of_t;
   floor_.sample(std::max(marks.high_water, std::exchange(held_high_water_, 0)), marks.now, before, after, stranded);
   // Note [A rerun's working set]: the segment in progress, since it began.
-  segment_held_ = std::max({segment_held_, above(marks.high_water, before), above(marks.now, after)});
+  segment_held_ = std::max({segment_held_, bytes_above(marks.high_water, before), bytes_above(marks.now, after)});
   if (!tracked && spare.of_t > 0 && t.rerun_bytes > 0 && !alloc_.budget() && floor_counts_rerun_locked(t)) {
-    floor_.sample_rerun(above(marks.now, spare.all) + t.rerun_bytes);
+    floor_.sample_rerun(bytes_above(marks.now, spare.all) + t.rerun_bytes);
   }
 }
 
@@ -75,13 +72,13 @@ std::size_t memory_runtime::segment_started() {
   if (alloc_.budget()) return 0;  // measured only where the floor is (no budget)
   const auto marks = alloc_.take_allocated_high_water();
   held_high_water_ = std::max(held_high_water_, marks.high_water);  // from before the segment
-  segment_held_ = above(marks.now, spare_bytes_locked());
+  segment_held_ = bytes_above(marks.now, spare_bytes_locked());
   segment_start_ = segment_held_;
   segment_open_ = true;
   return segment_held_;
 }
 
-std::size_t memory_runtime::segment_growth(std::size_t mark) {
+std::size_t memory_runtime::segment_growth() {
   lock_type lock(mu_);
   segment_open_ = false;
   segment_total_ = 0;
@@ -89,8 +86,8 @@ std::size_t memory_runtime::segment_growth(std::size_t mark) {
   const auto marks = alloc_.take_allocated_high_water();
   held_high_water_ = std::max(held_high_water_, marks.high_water);
   const std::size_t spare = spare_bytes_locked();
-  segment_held_ = std::max({segment_held_, above(marks.high_water, spare), above(marks.now, spare)});
-  segment_total_ = above(segment_held_, mark);
+  segment_held_ = std::max({segment_held_, bytes_above(marks.high_water, spare), bytes_above(marks.now, spare)});
+  segment_total_ = bytes_above(segment_held_, segment_start_);
   return segment_total_;
 }
 

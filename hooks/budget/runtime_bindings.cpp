@@ -193,24 +193,23 @@ void register_runtime(py::module_& m) {
       "Lifts a resolved ratio budget and measures it again; False when there is nothing to measure again.");
   m.def("runtime_stats", [] { return session_stats(); });
   // Note [A rerun's working set] in runtime/resident_floor.hpp: a segment's
-  // forward is measured between the two; 0 without a runtime.
+  // forward is measured between the two; nothing without a runtime.
   m.def(
       "segment_started",
       [] {
         const auto s = active_session();
-        const auto rt = s ? s->runtime() : nullptr;
-        return rt ? rt->segment_started() : std::size_t{0};
+        if (const auto rt = s ? s->runtime() : nullptr) rt->segment_started();
       },
-      "A segment's forward begins: returns the mark segment_growth takes.");
+      "A segment's forward begins.");
   m.def(
       "segment_growth",
-      [](std::size_t mark) {
+      [] {
         const auto s = active_session();
         const auto rt = s ? s->runtime() : nullptr;
-        return rt ? rt->segment_growth(mark) : std::size_t{0};
+        return rt ? rt->segment_growth() : std::size_t{0};
       },
-      py::arg("mark"), "The most bytes held (allocated, less what eviction would free) since segment_started() returned mark, "
-                        "beyond it.");
+      "It has ended: the most bytes held (allocated, less what eviction would free) since segment_started(), "
+      "beyond what was held then; 0 without a runtime.");
   m.def(
       "storage_key",
       [](const at::Tensor& t) -> std::optional<std::uintptr_t> {

@@ -14,7 +14,7 @@ namespace tp::hooks {
 ///   budget_active() -> bool          budget_step(resolve_ratio=True, peak=None) -> None
 ///   budget_remeasure() -> bool
 ///   runtime_stats() -> dict[str, int]
-///   segment_started() -> int         segment_growth(mark: int) -> int
+///   segment_started() -> None        segment_growth() -> int
 ///   pack(tensor, manage=True) -> SavedTensor
 ///   SavedTensor: unpack() -> Tensor, set_recompute(fn | None, cost_ns, version=None,
 ///                index=None, whole=False, rerun_bytes=0),

@@ -38,7 +38,7 @@ class Segment:
     """One forward of a segment module, and how to rerun it (Note [Segments])."""
 
     __slots__ = ("module", "rng", "cuda_rng", "autocast", "t0", "cost_ns", "packs", "pending",
-                 "inputs", "input_keys", "input_versions", "packed_inputs", "args", "kwargs", "mark", "rerun_bytes")
+                 "inputs", "input_keys", "input_versions", "packed_inputs", "args", "kwargs", "rerun_bytes")
 
     def __init__(self, module: Any, args: tuple, storage_key: Callable[[Any], int | None],
                  rng_state: Callable[[], Any]) -> None:
@@ -73,9 +73,7 @@ class Segment:
         self.args: Any = None
         self.kwargs: Any = None
         self.cost_ns = 0
-        # The runtime's mark when the forward began, and what a rerun holds
-        # at its peak (Note [A rerun's working set] in runtime/resident_floor.hpp).
-        self.mark = 0
+        # What a rerun holds at its peak (Note [A rerun's working set] in runtime/resident_floor.hpp).
         self.rerun_bytes = 0
         self.t0 = time.perf_counter_ns()
 

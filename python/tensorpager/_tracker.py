@@ -182,8 +182,8 @@ class Tracker:
         if depth == 0 and self.iterations.ends_iteration(module, self.unpacked):
             self.step()
         if self.recompute and depth == self.segment_depth:
-            self.segment = seg = _rerun.Segment(module, args, self.ext.storage_key, self.rng_state)
-            seg.mark = self.ext.segment_started()  # Note [A rerun's working set] in runtime/resident_floor.hpp
+            self.segment = _rerun.Segment(module, args, self.ext.storage_key, self.rng_state)
+            self.ext.segment_started()  # Note [A rerun's working set] in runtime/resident_floor.hpp
 
     def _outer_forward_running(self) -> bool:
         """Whether the outermost forward on the stack is still running (its frame is a caller's)."""
@@ -239,7 +239,7 @@ class Tracker:
         seg.cost_ns = max(1, time.perf_counter_ns() - seg.t0)
         # What a rerun holds at its peak: the inputs it brings back and the forward's growth.
         inputs = seg.inputs
-        seg.rerun_bytes = self.ext.segment_growth(seg.mark) + (
+        seg.rerun_bytes = self.ext.segment_growth() + (
             inputs[0].nbytes if len(inputs) == 1 else sum(a.nbytes for a in inputs))
         # What only the forward needed goes, and nothing new stands in for it: a segment lives until its
         # backward, and every container it keeps is one more object for Python's cyclic GC to promote and

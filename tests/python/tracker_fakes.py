@@ -88,10 +88,10 @@ class FakeExt:
     def budget(self) -> None:
         return None
 
-    def segment_started(self) -> int:
-        return 0
+    def segment_started(self) -> None:
+        pass
 
-    def segment_growth(self, mark: int) -> int:
+    def segment_growth(self) -> int:
         return 0
 
 

@@ -220,14 +220,14 @@ std::size_t floor_with_a_rerun(rerun_case c) {
   memory_runtime::options o;
   o.policy = c.policy;
   memory_runtime rt(rig.dev, rig.alloc, rig.host, rig.clk, o);
-  const std::size_t mark = rt.segment_started();
+  rt.segment_started();
   const auto temporary = [&] { rig.alloc.deallocate(rig.alloc.allocate(8 * MiB, rig.compute)); };
   void* held = c.temporary_after_x ? nullptr : rig.alloc.allocate(8 * MiB, rig.compute);
   fake_binding x(rig, 4 * MiB, 1);
   const tensor_id tx = rt.track(x, x.bytes(), rig.compute, 0);
   if (held != nullptr) rig.alloc.deallocate(held);
   if (c.temporary_after_x) temporary();
-  const std::size_t growth = rt.segment_growth(mark);
+  const std::size_t growth = rt.segment_growth();
   // Before x: the temporary and x at once. After x: x could be evicted then.
   EXPECT_EQ(growth, c.temporary_after_x ? 8 * MiB : 12 * MiB);
   rt.set_recompute_cost(tx, 1000, growth, c.stops_at_x);
@@ -263,7 +263,7 @@ TEST(ResidentFloor, ASegmentsMarksLeaveTheHighWaterToTheNextSample) {
   fake_binding x(rig, 4 * MiB, 1);
   const tensor_id tx = rt.track(x, x.bytes(), rig.compute, 0);
   EXPECT_EQ(rt.floor_bytes(), 16 * MiB);  // the temporary, taken by segment_started, still counts
-  EXPECT_EQ(rt.segment_growth(mark), 4 * MiB);  // but not in the segment, which began after it
+  EXPECT_EQ(rt.segment_growth(), 4 * MiB);  // but not in the segment, which began after it
   rt.untrack(tx);
 }
 
