@@ -79,7 +79,11 @@ MIN_STATE_BYTES = 64 << 10  # optimizer state smaller than this stays put
 class SavedParameter:
     """What the pack hook returns for a parameter (or a view of one)."""
 
-    __slots__ = ("handle", "param")
+    # __weakref__: the lender counts the copies not yet unpacked by weak
+    # references (Lender.packs), never by a __del__: Python code run from a
+    # destructor swallows a KeyboardInterrupt that lands in it (the SIGINT
+    # test of tests/python/test_interrupts.py lost 2 of its 5 interrupts so).
+    __slots__ = ("handle", "param", "__weakref__")
 
     def __init__(self, handle: Any, param: Any) -> None:
         self.handle, self.param = handle, param
@@ -111,12 +115,14 @@ class Lender:
         # The thread whose optimizers' state may be lent (the budget's).
         creator = threading.get_ident()
         self.managed_thread = managed_thread if managed_thread is not None else (lambda: creator)
-        # id(param) -> [weak param, copies saved and not yet unpacked]. Weak: a
-        # forward whose backward never ran (an interrupt, an evaluation with
-        # grad on) kept the parameters and gradients of a model the program had
-        # dropped alive until the next backward; in a managed process, whose
-        # block never ends, through a new model's whole first iteration.
-        self.packs: dict[int, list[Any]] = {}
+        # id(param) -> (weak param, weak references to its SavedParameters not
+        # yet unpacked). Weak: a forward whose backward never ran (an
+        # interrupt, an evaluation with grad on) kept the parameters and
+        # gradients of a model the program had dropped alive until the next
+        # backward; in a managed process, whose block never ends, through a new
+        # model's whole first iteration. And a copy whose graph autograd
+        # dropped counts no more.
+        self.packs: dict[int, tuple[Any, list[Any]]] = {}
         self.lent: dict[int, tuple[Any, Any]] = {}  # id(tensor) -> (tensor, LentStorage)
         self.gradients: set[int] = set()  # the ids in lent of gradients: given back last
         self.unpacked: set[int] = set()  # ids of parameters whose saved copies were all unpacked
@@ -141,15 +147,16 @@ class Lender:
     def saved(self, handle: Any, t: Any) -> SavedParameter:
         """Pack of a parameter or a view of one: counts the copy."""
         p = t if t._base is None else t._base
+        saved = SavedParameter(handle, p)
         entry = self.packs.get(id(p))
         if entry is None or entry[0]() is not p:  # new, or a dead parameter's id reused
-            self.packs[id(p)] = [weakref.ref(p), 1]
+            self.packs[id(p)] = (weakref.ref(p), [weakref.ref(saved)])
         else:
-            entry[1] += 1
+            entry[1].append(weakref.ref(saved))
         hook = self.hooks.get(id(p))
         if hook is None or hook[0]() is not p:
             self.hooks[id(p)] = (weakref.ref(p), p.register_post_accumulate_grad_hook(self._accumulated))
-        return SavedParameter(handle, p)
+        return saved
 
     def unpack_parameter(self, x: SavedParameter) -> Any:
         self.boundary()
@@ -157,8 +164,12 @@ class Lender:
         self._give_back(id(p))  # read again: a retained graph's second backward
         entry = self.packs.get(id(p))
         if entry is not None and self.in_backward and entry[0]() is p:
-            entry[1] -= 1
-            if entry[1] <= 0:
+            # The copies still to come: not x, nor one whose graph autograd
+            # dropped unpacked (a weight norm logged with grad on, which kept
+            # its weights from their loans through the next backward).
+            copies = entry[1]
+            copies[:] = [r for r in copies if (c := r()) is not None and c is not x]
+            if not copies:
                 del self.packs[id(p)]
                 self.unpacked.add(id(p))
         return x.handle.unpack()

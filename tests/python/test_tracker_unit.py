@@ -161,16 +161,38 @@ def test_a_forward_whose_backward_never_ran_keeps_no_parameter_alive() -> None:
     try:
         model = mlp()
         model(torch.randn(8, 16)).sum().backward()
-        lender.saved(None, model[0].weight)  # the forward's pack, no backward to unpack it
+        saved = lender.saved(None, model[0].weight)  # the forward's pack, no backward to unpack it
         weight = weakref.ref(model[0].weight)
-        del model
+        del model, saved  # the model, and the forward's graph with what it saved
         gc.collect()
         assert weight() is None
         again = mlp()  # a new parameter, perhaps at the dead one's address, is counted afresh
-        lender.saved(None, again[0].weight)
-        assert [entry[1] for entry in lender.packs.values() if entry[0]() is again[0].weight] == [1]
+        kept = lender.saved(None, again[0].weight)
+        assert [[r() for r in copies] for p, copies in lender.packs.values() if p() is again[0].weight] == [[kept]]
     finally:
         lender.close()
+
+
+def test_a_graph_dropped_before_its_backward_leaves_no_count_that_keeps_a_parameter_from_its_loan() -> None:
+    # A logged weight norm with grad on (the result read, its graph dropped)
+    # packs the weights like a forward does. Counted and never unpacked, that
+    # copy kept every such weight resident through the next backward: a missed
+    # loan on every step that logs so.
+    model, ext = mlp(), FakeExt()
+
+    def lent_weights() -> set[int]:
+        return {id(loan.tensor) for loan in ext.loans} & {id(p) for p in model.parameters()}
+
+    with tracking(ext, lend=True):
+        model(torch.randn(8, 16)).sum().backward()
+        plain = lent_weights()
+        assert plain, "the later layers' weights were lent"
+        ext.loans.clear()
+        norm = sum(p.pow(2).sum() for p in model.parameters())  # pow saves p
+        assert norm.item() > 0
+        del norm  # the graph goes with it, its saved weights never unpacked
+        model(torch.randn(8, 16)).sum().backward()
+        assert lent_weights() == plain
 
 
 def test_a_backward_that_raises_gives_everything_back_before_the_handler_runs() -> None:
