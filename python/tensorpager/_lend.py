@@ -75,6 +75,7 @@ if TYPE_CHECKING:
 
 
 MIN_STATE_BYTES = 64 << 10  # optimizer state smaller than this stays put
+PRUNE_AT = 8  # a parameter's saved copies counted before the dead ones are dropped (Lender.saved)
 
 class SavedParameter:
     """What the pack hook returns for a parameter (or a view of one)."""
@@ -115,14 +116,14 @@ class Lender:
         # The thread whose optimizers' state may be lent (the budget's).
         creator = threading.get_ident()
         self.managed_thread = managed_thread if managed_thread is not None else (lambda: creator)
-        # id(param) -> (weak param, weak references to its SavedParameters not
-        # yet unpacked). Weak: a forward whose backward never ran (an
+        # id(param) -> [weak param, weak references to its SavedParameters not
+        # yet unpacked, the length at which dead ones are pruned]. Weak: a forward whose backward never ran (an
         # interrupt, an evaluation with grad on) kept the parameters and
         # gradients of a model the program had dropped alive until the next
         # backward; in a managed process, whose block never ends, through a new
         # model's whole first iteration. And a copy whose graph autograd
         # dropped counts no more.
-        self.packs: dict[int, tuple[Any, list[Any]]] = {}
+        self.packs: dict[int, list[Any]] = {}
         self.lent: dict[int, tuple[Any, Any]] = {}  # id(tensor) -> (tensor, LentStorage)
         self.gradients: set[int] = set()  # the ids in lent of gradients: given back last
         self.unpacked: set[int] = set()  # ids of parameters whose saved copies were all unpacked
@@ -150,9 +151,16 @@ class Lender:
         saved = SavedParameter(handle, p)
         entry = self.packs.get(id(p))
         if entry is None or entry[0]() is not p:  # new, or a dead parameter's id reused
-            self.packs[id(p)] = (weakref.ref(p), [weakref.ref(saved)])
+            self.packs[id(p)] = [weakref.ref(p), [weakref.ref(saved)], PRUNE_AT]
         else:
-            entry[1].append(weakref.ref(saved))
+            copies = entry[1]
+            if len(copies) >= entry[2]:
+                # Forwards with grad on and no backward (an evaluation without no_grad) add a copy each, dead
+                # once its graph goes: pruned, at twice the live count (an RNN's weight saved once a step
+                # stays linear), the list stays that of the live copies.
+                copies[:] = [r for r in copies if r() is not None]
+                entry[2] = max(PRUNE_AT, 2 * len(copies))
+            copies.append(weakref.ref(saved))
         hook = self.hooks.get(id(p))
         if hook is None or hook[0]() is not p:
             self.hooks[id(p)] = (weakref.ref(p), p.register_post_accumulate_grad_hook(self._accumulated))

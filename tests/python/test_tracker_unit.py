@@ -168,7 +168,7 @@ def test_a_forward_whose_backward_never_ran_keeps_no_parameter_alive() -> None:
         assert weight() is None
         again = mlp()  # a new parameter, perhaps at the dead one's address, is counted afresh
         kept = lender.saved(None, again[0].weight)
-        assert [[r() for r in copies] for p, copies in lender.packs.values() if p() is again[0].weight] == [[kept]]
+        assert [[r() for r in copies] for p, copies, _ in lender.packs.values() if p() is again[0].weight] == [[kept]]
     finally:
         lender.close()
 
@@ -193,6 +193,26 @@ def test_a_graph_dropped_before_its_backward_leaves_no_count_that_keeps_a_parame
         del norm  # the graph goes with it, its saved weights never unpacked
         model(torch.randn(8, 16)).sum().backward()
         assert lent_weights() == plain
+
+
+def test_forwards_without_a_backward_leave_the_lender_counting_only_live_copies() -> None:
+    # An evaluation loop with grad on: each forward's graph saves the weight
+    # and is dropped unpacked, and no backward ever clears the count; a
+    # recurrent net's forward saves one weight many times, all alive.
+    from tensorpager import _lend
+
+    lender = _lend.Lender(FakeExt())
+    try:
+        weight = mlp()[0].weight
+        for _ in range(200):
+            lender.saved(None, weight)  # dropped at once, as its graph is
+        (_, copies, _), = lender.packs.values()
+        assert len(copies) <= _lend.PRUNE_AT
+        alive = [lender.saved(None, weight) for _ in range(1000)]
+        assert len(copies) <= 2 * len(alive)
+        assert sum(r() is not None for r in copies) == len(alive)
+    finally:
+        lender.close()
 
 
 def test_a_backward_that_raises_gives_everything_back_before_the_handler_runs() -> None:
