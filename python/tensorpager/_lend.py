@@ -16,8 +16,9 @@ lender must see that nothing reads a lent storage:
   saved tensor on (``torch._C._current_autograd_node()`` changes), so that
   hooks which run with the accumulation (an optimizer in backward) see both
   in place. The parameter also needs every copy of it that autograd saved
-  in this forward (counted at pack) to have been unpacked; a parameter with
-  no count (a second backward through a retained graph) stays.
+  (counted at pack, by weak references) to have been unpacked or dropped
+  with its graph; a parameter with no count (a second backward through a
+  retained graph) stays.
 - Optimizer state (momentum, Adam's moments) is lent when the backward
   starts: its reader is the optimizer's step, after the backward. The
   lender learns the optimizers from a global step hook, so state is lent
