@@ -73,6 +73,19 @@
 // 0.85 under every policy, was refused naming 0.92, while the fuzz's 90
 // cases with a 1 MiB host pool had no miss of this kind but `dtr`'s.
 
+// Note [A saved operand is held while its operator runs]
+// Autograd saves an operator's inputs as it records the node, before the
+// operator allocates its output, and a tensor saved after its operator (an
+// output) is the next operator's input: either way the tensor saved last is
+// in use at the allocation that follows, though a policy may evict it once
+// the operator is done. A rerun saves nothing and keeps every operand alive,
+// so within a segment the tensor tracked at the last event counts as held
+// until the next event. A segment's inputs are counted apart (rerun_bytes
+// adds them), so the glue says when the tensor saved is one
+// (segment_input_saved()). Only the rerun term is measured so; the floor's
+// own samples still count the tensor as spare.
+// Measured: docs/decisions.md, "Resident floor: resident_floor::lowest()".
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>

@@ -206,6 +206,10 @@ class memory_runtime final : public reclaimer {
   /// It has ended: the most bytes held (allocated, less what eviction would
   /// free) since segment_started(), beyond what was held then.
   std::size_t segment_growth();
+  /// The tensor tracked last is an input of the segment in progress, which
+  /// segment_growth() leaves to the caller (Note [A saved operand is held
+  /// while its operator runs] in resident_floor.hpp).
+  void segment_input_saved();
   /// Stops tracking. Waits for a copy that still touches its storage; frees
   /// its host block. The device storage (if any) stays with the binding.
   void untrack(tensor_id id);
@@ -282,6 +286,7 @@ class memory_runtime final : public reclaimer {
   // operator that ran since the previous event; otherwise t is accessed now.
   void sample_floor_locked(const managed_tensor& t, bool tracked);
   bool floor_counts_rerun_locked(const managed_tensor& t) const;
+  std::size_t operand_spare_locked() const;
   void make_candidate(managed_tensor& t);
   void remove_in_flight(managed_tensor& t);
   void remove_settling(managed_tensor& t);
@@ -335,6 +340,9 @@ class memory_runtime final : public reclaimer {
   std::size_t segment_start_ = 0;   // segment_held_ when it began
   bool segment_open_ = false;       // between segment_started() and segment_growth()
   std::size_t segment_total_ = 0;   // what the last segment_growth() returned
+  // Note [A saved operand is held while its operator runs]: the tensor
+  // tracked at the last event, within a segment.
+  std::optional<tensor_id> operand_;
   std::unordered_map<std::uint64_t, std::unique_ptr<managed_tensor>> tensors_;
   std::vector<tensor_id> by_ordinal_;        // this step's tensors, by ordinal
   std::vector<managed_tensor*> in_flight_;   // offloading or prefetching

@@ -51,8 +51,13 @@ void memory_runtime::sample_floor_locked(const managed_tensor& t, bool tracked) 
   const std::size_t before = tracked ? spare.all - spare.of_t : spare.all;
   const std::size_t after = tracked ? spare.all : spare.all - spare.of_t;
   floor_.sample(std::max(marks.high_water, std::exchange(held_high_water_, 0)), marks.now, before, after, stranded);
-  // Note [A rerun's working set]: the segment in progress, since it began.
-  segment_held_ = std::max({segment_held_, bytes_above(marks.high_water, before), bytes_above(marks.now, after)});
+  // Note [A rerun's working set]: the segment in progress, since it began,
+  // the tensor tracked at the last event held as an operand (Note [A saved
+  // operand is held while its operator runs]).
+  const std::size_t operand = std::min(operand_spare_locked(), before);
+  segment_held_ =
+      std::max({segment_held_, bytes_above(marks.high_water, before - operand), bytes_above(marks.now, after)});
+  operand_ = tracked && segment_open_ ? std::optional<tensor_id>(t.id) : std::nullopt;
   if (!tracked && spare.of_t > 0 && t.rerun_bytes > 0 && !alloc_.budget() && floor_counts_rerun_locked(t)) {
     floor_.sample_rerun(bytes_above(marks.now, spare.all) + t.rerun_bytes);
   }
@@ -69,6 +74,7 @@ bool memory_runtime::floor_counts_rerun_locked(const managed_tensor& t) const {
 std::size_t memory_runtime::segment_started() {
   lock_type lock(mu_);
   segment_open_ = false;
+  operand_.reset();
   if (alloc_.budget()) return 0;  // measured only where the floor is (no budget)
   const auto marks = alloc_.take_allocated_high_water();
   held_high_water_ = std::max(held_high_water_, marks.high_water);  // from before the segment
@@ -86,9 +92,28 @@ std::size_t memory_runtime::segment_growth() {
   const auto marks = alloc_.take_allocated_high_water();
   held_high_water_ = std::max(held_high_water_, marks.high_water);
   const std::size_t spare = spare_bytes_locked();
-  segment_held_ = std::max({segment_held_, bytes_above(marks.high_water, spare), bytes_above(marks.now, spare)});
+  const std::size_t operand = std::min(operand_spare_locked(), spare);
+  operand_.reset();
+  segment_held_ =
+      std::max({segment_held_, bytes_above(marks.high_water, spare - operand), bytes_above(marks.now, spare)});
   segment_total_ = bytes_above(segment_held_, segment_start_);
   return segment_total_;
+}
+
+void memory_runtime::segment_input_saved() {
+  lock_type lock(mu_);
+  operand_.reset();
+}
+
+// Note [A saved operand is held while its operator runs]: what the spare
+// bytes count of the tensor tracked at the last event (at its track the
+// operator still held it, so it was not spare then).
+std::size_t memory_runtime::operand_spare_locked() const {
+  if (!operand_) return 0;
+  const auto it = tensors_.find(to_underlying(*operand_));
+  if (it == tensors_.end()) return 0;
+  const managed_tensor& t = *it->second;
+  return t.in_candidates && t.binding->can_release() ? t.bytes : 0;
 }
 
 std::size_t memory_runtime::floor_bytes() const {

@@ -211,6 +211,14 @@ void register_runtime(py::module_& m) {
       "It has ended: the most bytes held (allocated, less what eviction would free) since segment_started(), "
       "beyond what was held then; 0 without a runtime.");
   m.def(
+      "segment_input_saved",
+      [] {
+        const auto s = active_session();
+        if (const auto rt = s ? s->runtime() : nullptr) rt->segment_input_saved();
+      },
+      "The tensor the segment in progress saved last is one of its inputs, which a rerun holds anyway (Note [A "
+      "saved operand is held while its operator runs] in runtime/resident_floor.hpp).");
+  m.def(
       "storage_key",
       [](const at::Tensor& t) -> std::optional<std::uintptr_t> {
         if (!t.defined() || !t.has_storage()) return std::nullopt;

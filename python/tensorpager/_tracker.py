@@ -130,6 +130,8 @@ class Tracker:
         for a in seg.inputs:
             if a is t:  # an input: held for the rerun as saved here (Tracker.post_forward)
                 seg.packed_inputs[id(t)] = (t, h)
+                if h.fresh:
+                    self.ext.segment_input_saved()  # counted in rerun_bytes apart (runtime/resident_floor.hpp)
                 break
         if h.fresh:
             if h.key in seg.input_keys:

@@ -94,6 +94,9 @@ class FakeExt:
     def segment_growth(self) -> int:
         return 0
 
+    def segment_input_saved(self) -> None:
+        pass
+
 
 @contextlib.contextmanager
 def tracking(ext: FakeExt, lend: bool = False):  # noqa: ANN201

@@ -212,7 +212,8 @@ TEST(ResidentFloor, ATensorTheProgramHoldsIsNotSpareWhileNoBudgetIsSet) {
 struct rerun_case {
   policy_kind policy = policy_kind::dtr;
   bool temporary_after_x = false;
-  bool stops_at_x = false;  // the rerun stops once the forward has made x
+  bool stops_at_x = false;         // the rerun stops once the forward has made x
+  bool x_is_an_input = false;      // x is an input of the segment (segment_input_saved)
 };
 
 std::size_t floor_with_a_rerun(rerun_case c) {
@@ -225,11 +226,14 @@ std::size_t floor_with_a_rerun(rerun_case c) {
   void* held = c.temporary_after_x ? nullptr : rig.alloc.allocate(8 * MiB, rig.compute);
   fake_binding x(rig, 4 * MiB, 1);
   const tensor_id tx = rt.track(x, x.bytes(), rig.compute, 0);
+  if (c.x_is_an_input) rt.segment_input_saved();
   if (held != nullptr) rig.alloc.deallocate(held);
   if (c.temporary_after_x) temporary();
   const std::size_t growth = rt.segment_growth();
-  // Before x: the temporary and x at once. After x: x could be evicted then.
-  EXPECT_EQ(growth, c.temporary_after_x ? 8 * MiB : 12 * MiB);
+  // Before x: the temporary and x at once. After x: the temporary of the
+  // operator that saved x, which holds it (Note [A saved operand is held
+  // while its operator runs]), unless x is an input, which the caller counts.
+  EXPECT_EQ(growth, c.temporary_after_x && c.x_is_an_input ? 8 * MiB : 12 * MiB);
   rt.set_recompute_cost(tx, 1000, growth, c.stops_at_x);
   void* grad = rig.alloc.allocate(4 * MiB, rig.compute);
   rt.access(tx);
@@ -247,11 +251,20 @@ TEST(ResidentFloor, AUseThatARecomputeOnlyPolicyWouldRerunCountsTheRerunsWorking
 }
 
 TEST(ResidentFloor, ARerunThatStopsAtItsTensorHoldsOnlyWhatTheForwardHeldUntilThen) {
-  // The temporary comes after x: a whole rerun holds it (4 + 8 MiB beside the
-  // gradient), one that stops at x only x (4 + 4 MiB: the forward's 8 MiB).
-  EXPECT_EQ(floor_with_a_rerun({.temporary_after_x = true}), 12 * MiB);
+  // The temporary comes after x: a whole rerun holds it and x (4 + 12 MiB
+  // beside the gradient), one that stops at x only x (4 + 4 MiB).
+  EXPECT_EQ(floor_with_a_rerun({.temporary_after_x = true}), 16 * MiB);
   EXPECT_EQ(floor_with_a_rerun({.temporary_after_x = true, .stops_at_x = true}), 8 * MiB);
   EXPECT_EQ(floor_with_a_rerun({.stops_at_x = true}), 16 * MiB);  // the temporary came first
+}
+
+TEST(ResidentFloor, ATensorSavedJustBeforeAnAllocationIsHeldThroughIt) {
+  // Note [A saved operand is held while its operator runs]: autograd saves an
+  // operator's inputs before the operator allocates, so a rerun holds x and
+  // the temporary at once (4 + 12 MiB beside the gradient); an input of the
+  // segment is counted once, by the caller's rerun_bytes (4 + 8 MiB).
+  EXPECT_EQ(floor_with_a_rerun({.temporary_after_x = true}), 16 * MiB);
+  EXPECT_EQ(floor_with_a_rerun({.temporary_after_x = true, .x_is_an_input = true}), 12 * MiB);
 }
 
 TEST(ResidentFloor, ASegmentsMarksLeaveTheHighWaterToTheNextSample) {
