@@ -212,8 +212,8 @@ TEST(ResidentFloor, ATensorTheProgramHoldsIsNotSpareWhileNoBudgetIsSet) {
 struct rerun_case {
   policy_kind policy = policy_kind::dtr;
   bool temporary_after_x = false;
-  bool stops_at_x = false;         // the rerun stops once the forward has made x
-  bool x_is_an_input = false;      // x is an input of the segment (segment_input_saved)
+  bool stops_at_x = false;     // the rerun stops once the forward has made x
+  bool x_is_an_input = false;  // x is an input of the segment (segment_input_saved)
 };
 
 std::size_t floor_with_a_rerun(rerun_case c) {
