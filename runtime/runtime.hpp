@@ -287,6 +287,8 @@ class memory_runtime final : public reclaimer {
   void sample_floor_locked(const managed_tensor& t, bool tracked);
   bool floor_counts_rerun_locked(const managed_tensor& t) const;
   std::size_t operand_spare_locked() const;
+  void hold_in_segment_locked(std::size_t high_water, std::size_t now, std::size_t spare_before,
+                              std::size_t spare_after);
   void make_candidate(managed_tensor& t);
   void remove_in_flight(managed_tensor& t);
   void remove_settling(managed_tensor& t);

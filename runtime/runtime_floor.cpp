@@ -51,12 +51,7 @@ void memory_runtime::sample_floor_locked(const managed_tensor& t, bool tracked) 
   const std::size_t before = tracked ? spare.all - spare.of_t : spare.all;
   const std::size_t after = tracked ? spare.all : spare.all - spare.of_t;
   floor_.sample(std::max(marks.high_water, std::exchange(held_high_water_, 0)), marks.now, before, after, stranded);
-  // Note [A rerun's working set]: the segment in progress, since it began,
-  // the tensor tracked at the last event held as an operand (Note [A saved
-  // operand is held while its operator runs]).
-  const std::size_t operand = std::min(operand_spare_locked(), before);
-  segment_held_ =
-      std::max({segment_held_, bytes_above(marks.high_water, before - operand), bytes_above(marks.now, after)});
+  hold_in_segment_locked(marks.high_water, marks.now, before, after);
   operand_ = tracked && segment_open_ ? std::optional<tensor_id>(t.id) : std::nullopt;
   if (!tracked && spare.of_t > 0 && t.rerun_bytes > 0 && !alloc_.budget() && floor_counts_rerun_locked(t)) {
     floor_.sample_rerun(bytes_above(marks.now, spare.all) + t.rerun_bytes);
@@ -92,12 +87,20 @@ std::size_t memory_runtime::segment_growth() {
   const auto marks = alloc_.take_allocated_high_water();
   held_high_water_ = std::max(held_high_water_, marks.high_water);
   const std::size_t spare = spare_bytes_locked();
-  const std::size_t operand = std::min(operand_spare_locked(), spare);
+  hold_in_segment_locked(marks.high_water, marks.now, spare, spare);
   operand_.reset();
-  segment_held_ =
-      std::max({segment_held_, bytes_above(marks.high_water, spare - operand), bytes_above(marks.now, spare)});
   segment_total_ = bytes_above(segment_held_, segment_start_);
   return segment_total_;
+}
+
+// Note [A rerun's working set]: the segment in progress, since it began, at
+// a high water (spare before it, the tensor tracked at the last event held as
+// an operand: Note [A saved operand is held while its operator runs]) and now.
+void memory_runtime::hold_in_segment_locked(std::size_t high_water, std::size_t now, std::size_t spare_before,
+                                            std::size_t spare_after) {
+  const std::size_t operand = std::min(operand_spare_locked(), spare_before);
+  segment_held_ = std::max({segment_held_, bytes_above(high_water, spare_before - operand),
+                            bytes_above(now, spare_after)});
 }
 
 void memory_runtime::segment_input_saved() {

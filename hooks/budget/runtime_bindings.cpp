@@ -82,6 +82,12 @@ class gil_safe_callable {
   py::object fn_;
 };
 
+/// The active budget's runtime, or null (no budget, or none opened yet).
+std::shared_ptr<memory_runtime> active_runtime() {
+  const auto s = active_session();
+  return s ? s->runtime() : nullptr;
+}
+
 std::optional<policy_kind> policy_from(const std::optional<std::string>& name) {
   if (!name) return std::nullopt;
   return parse_policy_kind(*name);
@@ -197,15 +203,13 @@ void register_runtime(py::module_& m) {
   m.def(
       "segment_started",
       [] {
-        const auto s = active_session();
-        if (const auto rt = s ? s->runtime() : nullptr) rt->segment_started();
+        if (const auto rt = active_runtime()) rt->segment_started();
       },
       "A segment's forward begins.");
   m.def(
       "segment_growth",
       [] {
-        const auto s = active_session();
-        const auto rt = s ? s->runtime() : nullptr;
+        const auto rt = active_runtime();
         return rt ? rt->segment_growth() : std::size_t{0};
       },
       "It has ended: the most bytes held (allocated, less what eviction would free) since segment_started(), "
@@ -213,8 +217,7 @@ void register_runtime(py::module_& m) {
   m.def(
       "segment_input_saved",
       [] {
-        const auto s = active_session();
-        if (const auto rt = s ? s->runtime() : nullptr) rt->segment_input_saved();
+        if (const auto rt = active_runtime()) rt->segment_input_saved();
       },
       "The tensor the segment in progress saved last is one of its inputs, which a rerun holds anyway (Note [A "
       "saved operand is held while its operator runs] in runtime/resident_floor.hpp).");

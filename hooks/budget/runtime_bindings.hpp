@@ -15,6 +15,7 @@ namespace tp::hooks {
 ///   budget_remeasure() -> bool
 ///   runtime_stats() -> dict[str, int]
 ///   segment_started() -> None        segment_growth() -> int
+///   segment_input_saved() -> None
 ///   pack(tensor, manage=True) -> SavedTensor
 ///   SavedTensor: unpack() -> Tensor, set_recompute(fn | None, cost_ns, version=None,
 ///                index=None, whole=False, rerun_bytes=0),

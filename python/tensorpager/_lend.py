@@ -118,12 +118,12 @@ class Lender:
         creator = threading.get_ident()
         self.managed_thread = managed_thread if managed_thread is not None else (lambda: creator)
         # id(param) -> [weak param, weak references to its SavedParameters not
-        # yet unpacked, the length at which dead ones are pruned]. Weak: a forward whose backward never ran (an
-        # interrupt, an evaluation with grad on) kept the parameters and
-        # gradients of a model the program had dropped alive until the next
-        # backward; in a managed process, whose block never ends, through a new
-        # model's whole first iteration. And a copy whose graph autograd
-        # dropped counts no more.
+        # yet unpacked, the length at which dead ones are pruned]. Weak: a
+        # forward whose backward never ran (an interrupt, an evaluation with
+        # grad on) kept the parameters and gradients of a model the program had
+        # dropped alive until the next backward; in a managed process, whose
+        # block never ends, through a new model's whole first iteration. And a
+        # copy whose graph autograd dropped counts no more.
         self.packs: dict[int, list[Any]] = {}
         self.lent: dict[int, tuple[Any, Any]] = {}  # id(tensor) -> (tensor, LentStorage)
         self.gradients: set[int] = set()  # the ids in lent of gradients: given back last
